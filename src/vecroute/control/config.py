@@ -1,0 +1,244 @@
+"""The TOML configuration: parsed and validated into plain dataclasses.
+
+Every error names the file, the key (with its index, e.g. ``routes[2].via``) and what is
+wrong, as one line; the CLI prints it and exits 2. Unknown keys are errors too, so a typo
+never silently changes the router's behaviour.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+
+
+class ConfigError(ValueError):
+    """A user error in a configuration file (one line: file, key, problem)."""
+
+
+@dataclass
+class InterfaceConfig:
+    name: str
+    mac: bytes | None
+    addresses: list[IPInterface]
+    mtu: int = 1500
+    table: int = 0
+
+
+@dataclass
+class RouteConfig:
+    prefix: IPNetwork
+    via: list[IPAddress]
+    dev: str | None = None
+    table: int = 0
+    weights: list[int] | None = None
+    blackhole: bool = False
+
+
+@dataclass
+class NeighborConfig:
+    ip: IPAddress
+    mac: bytes
+    interface: str
+
+
+@dataclass
+class IcmpConfig:
+    rate: int = 1000  # errors per second (Linux net.ipv4.icmp_msgs_per_sec)
+    burst: int = 50  # bucket size (Linux net.ipv4.icmp_msgs_burst)
+
+
+@dataclass
+class RouterConfig:
+    workers: int = 1
+    vector_size: int = 256
+
+
+@dataclass
+class ControlConfig:
+    socket: str = "/run/vecroute/vecroute.sock"
+
+
+@dataclass
+class Config:
+    path: str
+    interfaces: list[InterfaceConfig]
+    routes: list[RouteConfig] = field(default_factory=list)
+    neighbors: list[NeighborConfig] = field(default_factory=list)
+    icmp: IcmpConfig = field(default_factory=IcmpConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def interface_index(self, name: str) -> int:
+        for i, itf in enumerate(self.interfaces):
+            if itf.name == name:
+                return i
+        raise KeyError(name)
+
+
+def parse_mac(text: Any, where: str) -> bytes:
+    if not isinstance(text, str) or not _MAC_RE.match(text):
+        raise ConfigError(f"{where}: {text!r} is not a MAC address like 02:00:00:00:00:01")
+    return bytes(int(b, 16) for b in text.split(":"))
+
+
+def format_mac(mac: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in mac)
+
+
+class _Reader:
+    """Typed access to one TOML table with errors that say where."""
+
+    def __init__(self, path: str, where: str, table: Any, allowed: set[str]) -> None:
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {where}: expected a table, got {type(table).__name__}")
+        unknown = sorted(set(table) - allowed)
+        if unknown:
+            raise ConfigError(f"{path}: {where}.{unknown[0]}: unknown key "
+                              f"(allowed: {', '.join(sorted(allowed))})")
+        self.path, self.where, self.table = path, where, table
+
+    def err(self, key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {self.where}.{key}: {msg}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *,
+            required: bool = False) -> Any:
+        if key not in self.table:
+            if required or default is ...:
+                raise self.err(key, "missing (required)")
+            return default
+        v = self.table[key]
+        if isinstance(v, bool) and kind is int:
+            raise self.err(key, f"expected an integer, got {v!r}")
+        if not isinstance(v, kind):
+            name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.err(key, f"expected {name}, got {type(v).__name__} {v!r}")
+        return v
+
+    def int_range(self, key: str, default: int, lo: int, hi: int) -> int:
+        v = self.get(key, int, default)
+        if not lo <= v <= hi:
+            raise self.err(key, f"{v} out of range {lo}..{hi}")
+        return v
+
+
+def _addr(r: _Reader, key: str, text: Any) -> IPAddress:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        raise r.err(key, f"{text!r} is not an IPv4 or IPv6 address") from None
+
+
+def _section_list(path: str, data: dict, key: str) -> list[dict]:
+    v = data.get(key, [])
+    if not isinstance(v, list):
+        raise ConfigError(f"{path}: {key}: expected an array of tables ([[{key}]])")
+    return v
+
+
+def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
+    """Validate a parsed TOML document into a Config (raises ConfigError)."""
+    top = _Reader(path, "<top>", data, {"interfaces", "routes", "neighbors", "icmp", "router",
+                                        "control", "firewall", "srv6"})
+    _ = top
+    interfaces: list[InterfaceConfig] = []
+    names: set[str] = set()
+    for n, t in enumerate(_section_list(path, data, "interfaces")):
+        r = _Reader(path, f"interfaces[{n}]", t, {"name", "mac", "addresses", "mtu", "table"})
+        name = r.get("name", str, required=True)
+        if not name or len(name) > 15 or "/" in name or " " in name:
+            raise r.err("name", f"{name!r} is not a valid interface name (1-15 chars)")
+        if name in names:
+            raise r.err("name", f"interface {name!r} defined twice")
+        names.add(name)
+        mac = parse_mac(t["mac"], f"{path}: interfaces[{n}].mac") if "mac" in t else None
+        addrs: list[IPInterface] = []
+        for a in r.get("addresses", list, []):
+            try:
+                addrs.append(ipaddress.ip_interface(a))
+            except (ValueError, TypeError):
+                raise r.err("addresses", f"{a!r} is not an address/prefix-length") from None
+        mtu = r.int_range("mtu", 1500, 68, 9000)
+        if any(a.version == 6 for a in addrs) and mtu < 1280:
+            raise r.err("mtu", f"{mtu} is below the IPv6 minimum of 1280 on an IPv6 interface")
+        interfaces.append(InterfaceConfig(name, mac, addrs, mtu,
+                                          r.int_range("table", 0, 0, 2**32 - 1)))
+    if not interfaces:
+        raise ConfigError(f"{path}: interfaces: at least one [[interfaces]] is required")
+
+    routes: list[RouteConfig] = []
+    for n, t in enumerate(_section_list(path, data, "routes")):
+        r = _Reader(path, f"routes[{n}]", t, {"prefix", "via", "dev", "table", "weights",
+                                              "blackhole"})
+        p = r.get("prefix", str, required=True)
+        try:
+            prefix = ipaddress.ip_network(p, strict=False)
+        except ValueError:
+            raise r.err("prefix", f"{p!r} is not a prefix like 203.0.113.0/24") from None
+        via_raw = r.get("via", (str, list), [])
+        via_list = [via_raw] if isinstance(via_raw, str) else via_raw
+        via = [_addr(r, "via", v) for v in via_list]
+        for v in via:
+            if v.version != prefix.version:
+                raise r.err("via", f"next hop {v} is not IPv{prefix.version} like the prefix")
+        dev = r.get("dev", str, None)
+        if dev is not None and dev not in names:
+            raise r.err("dev", f"no interface named {dev!r}")
+        blackhole = r.get("blackhole", bool, False)
+        if not via and dev is None and not blackhole:
+            raise r.err("via", "a route needs via, dev or blackhole = true")
+        weights = r.get("weights", list, None)
+        if weights is not None and (len(weights) != len(via) or
+                                    not all(isinstance(w, int) and 1 <= w <= 64 for w in weights)):
+            raise r.err("weights", "one integer weight 1..64 per next hop in via")
+        routes.append(RouteConfig(prefix, via, dev, r.int_range("table", 0, 0, 2**32 - 1),
+                                  weights, blackhole))
+
+    neighbors: list[NeighborConfig] = []
+    for n, t in enumerate(_section_list(path, data, "neighbors")):
+        r = _Reader(path, f"neighbors[{n}]", t, {"ip", "mac", "interface"})
+        ip = _addr(r, "ip", r.get("ip", str, required=True))
+        mac = parse_mac(r.get("mac", str, required=True), f"{path}: neighbors[{n}].mac")
+        itf = r.get("interface", str, required=True)
+        if itf not in names:
+            raise r.err("interface", f"no interface named {itf!r}")
+        neighbors.append(NeighborConfig(ip, mac, itf))
+
+    icmp = IcmpConfig()
+    if "icmp" in data:
+        r = _Reader(path, "icmp", data["icmp"], {"rate", "burst"})
+        icmp = IcmpConfig(r.int_range("rate", 1000, 0, 10**7), r.int_range("burst", 50, 0, 10**6))
+    router = RouterConfig()
+    if "router" in data:
+        r = _Reader(path, "router", data["router"], {"workers", "vector_size"})
+        router = RouterConfig(r.int_range("workers", 1, 1, 64),
+                              r.int_range("vector_size", 256, 1, 4096))
+    control = ControlConfig()
+    if "control" in data:
+        r = _Reader(path, "control", data["control"], {"socket"})
+        control = ControlConfig(r.get("socket", str, ControlConfig.socket))
+    return Config(path, interfaces, routes, neighbors, icmp, router, control, data)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML config file (raises ConfigError with a one-line message)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: invalid TOML: {e}") from None
+    return parse_config(data, str(p))

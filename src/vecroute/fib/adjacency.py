@@ -1,0 +1,165 @@
+"""Adjacencies and load-balances: what a FIB lookup result points at.
+
+An adjacency is (interface, next hop) with a precomputed L2 rewrite (dst MAC, src MAC,
+ethertype) once the neighbour is known; a load-balance is a list of ECMP buckets of
+adjacencies. Both are shared between routes (VPP style) and live in flat arrays that the
+data path indexes directly; the control plane grows them by reallocation.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+import numpy as np
+
+from vecroute.graph.state import (
+    A_FAMILY,
+    A_IF,
+    A_NH4,
+    A_NH6,
+    A_RWLEN,
+    A_TYPE,
+    ADJ_COLS,
+    ADJ_DROP,
+    ADJ_GLEAN,
+    ADJ_INCOMPLETE,
+    ADJ_LOCAL,
+    ADJ_NAMES,
+    ADJ_REWRITE,
+    LB_N,
+    LB_START,
+    RW_MAX,
+)
+from vecroute.packet.headers import ETH_P_IP, ETH_P_IPV6
+
+MAX_BUCKETS = 64
+NEVER = -(10**18)
+
+
+@dataclass(frozen=True)
+class AdjKey:
+    kind: int
+    ifx: int = -1
+    family: int = 0
+    nh: int = 0  # next hop address as int (0 for glean/local/drop)
+
+
+class AdjacencyTable:
+    """Deduplicated adjacencies in growable arrays (adj, adj_rw, adj_last_req)."""
+
+    def __init__(self) -> None:
+        self.adj = np.zeros((16, ADJ_COLS), dtype=np.int32)
+        self.adj_rw = np.zeros((16, RW_MAX), dtype=np.uint8)
+        self.adj_last_req = np.full(16, NEVER, dtype=np.int64)
+        self.keys: list[AdjKey] = []
+        self.index: dict[AdjKey, int] = {}
+        self.local = self.get(AdjKey(ADJ_LOCAL))
+        self.drop = self.get(AdjKey(ADJ_DROP))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def get(self, key: AdjKey) -> int:
+        """The index of the adjacency for key, created (incomplete) if new."""
+        a = self.index.get(key)
+        if a is not None:
+            return a
+        a = len(self.keys)
+        if a >= self.adj.shape[0]:
+            self._grow()
+        self.keys.append(key)
+        self.index[key] = a
+        row = self.adj[a]
+        row[:] = 0
+        row[A_TYPE] = key.kind
+        row[A_IF] = key.ifx
+        row[A_FAMILY] = key.family
+        if key.family == 4:
+            row[A_NH4] = np.int32(np.uint32(key.nh).view(np.int32))
+        elif key.family == 6:
+            for w in range(4):
+                row[A_NH6 + w] = np.uint32((key.nh >> (96 - 32 * w)) & 0xFFFFFFFF).view(np.int32)
+        self.adj_last_req[a] = NEVER
+        return a
+
+    def _grow(self) -> None:
+        n = self.adj.shape[0] * 2
+        self.adj = np.concatenate([self.adj, np.zeros_like(self.adj)])[:n]
+        self.adj_rw = np.concatenate([self.adj_rw, np.zeros_like(self.adj_rw)])[:n]
+        self.adj_last_req = np.concatenate(
+            [self.adj_last_req, np.full_like(self.adj_last_req, NEVER)]
+        )[:n]
+
+    def set_rewrite(self, a: int, dst_mac: bytes | None, src_mac: bytes) -> None:
+        """Resolve (or unresolve, dst_mac=None) a next-hop adjacency in place."""
+        key = self.keys[a]
+        if dst_mac is None:
+            self.adj[a, A_TYPE] = ADJ_INCOMPLETE
+            self.adj[a, A_RWLEN] = 0
+            return
+        et = ETH_P_IP if key.family == 4 else ETH_P_IPV6
+        rw = dst_mac + src_mac + et.to_bytes(2, "big")
+        self.adj_rw[a, : len(rw)] = np.frombuffer(rw, dtype=np.uint8)
+        self.adj[a, A_RWLEN] = len(rw)
+        self.adj[a, A_TYPE] = ADJ_REWRITE
+
+    def describe(self, a: int) -> str:
+        key = self.keys[a]
+        kind = ADJ_NAMES[int(self.adj[a, A_TYPE])]
+        if key.family:
+            nh = ipaddress.ip_address(key.nh) if key.family == 4 else ipaddress.IPv6Address(key.nh)
+            return f"{kind} {nh}"
+        return kind
+
+
+class LoadBalanceTable:
+    """ECMP bucket lists, deduplicated: routes with the same paths share one entry."""
+
+    def __init__(self) -> None:
+        self.lb = np.zeros((16, 2), dtype=np.int32)
+        self.lb_buckets = np.zeros(64, dtype=np.int32)
+        self.index: dict[tuple[int, ...], int] = {}
+        self.paths: list[tuple[int, ...]] = []
+        self._nb = 0
+
+    def get(self, adjs: list[int], weights: list[int] | None = None) -> int:
+        """The load-balance index for these adjacencies (weights replicate buckets)."""
+        if not adjs:
+            raise ValueError("a load-balance needs at least one path")
+        weights = weights or [1] * len(adjs)
+        buckets: list[int] = []
+        for a, w in zip(adjs, weights, strict=True):
+            buckets.extend([a] * w)
+        if len(buckets) > MAX_BUCKETS:
+            raise ValueError(
+                f"ECMP weights add up to {len(buckets)} buckets, at most {MAX_BUCKETS}"
+            )
+        key = tuple(buckets)
+        i = self.index.get(key)
+        if i is not None:
+            return i
+        i = len(self.paths)
+        if i >= self.lb.shape[0]:
+            self.lb = np.concatenate([self.lb, np.zeros_like(self.lb)])
+        while self._nb + len(buckets) > self.lb_buckets.shape[0]:
+            self.lb_buckets = np.concatenate([self.lb_buckets, np.zeros_like(self.lb_buckets)])
+        self.lb_buckets[self._nb : self._nb + len(buckets)] = buckets
+        self.lb[i, LB_START] = self._nb
+        self.lb[i, LB_N] = len(buckets)
+        self._nb += len(buckets)
+        self.paths.append(key)
+        self.index[key] = i
+        return i
+
+
+__all__ = [
+    "AdjKey",
+    "AdjacencyTable",
+    "LoadBalanceTable",
+    "ADJ_GLEAN",
+    "ADJ_INCOMPLETE",
+    "ADJ_LOCAL",
+    "ADJ_DROP",
+    "ADJ_REWRITE",
+]

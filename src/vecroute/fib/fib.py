@@ -1,0 +1,259 @@
+"""The routing table manager: interfaces, routes, neighbours -> the data-path arrays.
+
+Routes resolve to load-balances of adjacencies here, once, on the control plane; the data
+path only follows indices. Connected subnets point to a glean adjacency (the destination is
+the next hop), interface addresses to the local adjacency, configured or learnt neighbours
+turn adjacencies into precomputed L2 rewrites (every adjacency using a neighbour is updated
+when its MAC changes) and add a host route for on-link hosts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vecroute.control.config import Config, IPAddress, IPNetwork, format_mac
+from vecroute.fib.adjacency import AdjacencyTable, AdjKey, LoadBalanceTable
+from vecroute.fib.lpm import Lpm
+from vecroute.graph.state import (
+    ADJ_GLEAN, ADJ_INCOMPLETE, I_FIB4, I_FIB6, I_IP4, I_MTU, I_UP, IF6_GLOBAL, IF6_LL,
+    IF_COLS, DataPlaneState, icmp_bucket,
+)
+
+
+class RouteError(ValueError):
+    """A route or neighbour change that cannot be applied (one-line message)."""
+
+
+@dataclass
+class Interface:
+    name: str
+    mac: bytes
+    mtu: int
+    table: int
+    addresses: list = field(default_factory=list)  # IPv4Interface / IPv6Interface
+
+    @property
+    def link_local(self) -> ipaddress.IPv6Address:
+        """fe80::/64 with the modified EUI-64 interface id (RFC 4291 appendix A)."""
+        m = bytearray(self.mac)
+        eui = bytes([m[0] ^ 0x02, m[1], m[2], 0xFF, 0xFE, m[3], m[4], m[5]])
+        return ipaddress.IPv6Address(b"\xfe\x80" + b"\x00" * 6 + eui)
+
+
+@dataclass
+class Route:
+    prefix: IPNetwork
+    table: int
+    kind: str  # "static", "connected", "local", "neighbor"
+    paths: list[tuple[int, IPAddress | None]]  # (interface index, next hop or None)
+    weights: list[int] | None = None
+    lb: int = -1
+
+
+class Fib:
+    """All FIB tables, adjacencies and neighbours of one router."""
+
+    def __init__(self) -> None:
+        self.lpm = {4: Lpm(4), 6: Lpm(6)}
+        self.adjs = AdjacencyTable()
+        self.lbs = LoadBalanceTable()
+        self.interfaces: list[Interface] = []
+        self.routes: dict[tuple[int, IPNetwork], Route] = {}
+        self.neighbors: dict[tuple[int, IPAddress], bytes] = {}
+        self.icmp_rate = (1000, 50)
+
+    # -- building -------------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, cfg: Config, macs: dict[str, bytes] | None = None) -> Fib:
+        """Build from a validated config; ``macs`` supplies device MACs in live mode."""
+        fib = cls()
+        fib.icmp_rate = (cfg.icmp.rate, cfg.icmp.burst)
+        for itf in cfg.interfaces:
+            mac = itf.mac or (macs or {}).get(itf.name)
+            if mac is None:
+                raise RouteError(f"{cfg.path}: interface {itf.name}: mac is required here "
+                                 f"(replay has no device to read it from)")
+            fib.add_interface(Interface(itf.name, mac, itf.mtu, itf.table, list(itf.addresses)))
+        for n, nb in enumerate(cfg.neighbors):
+            try:
+                fib.add_neighbor(nb.ip, nb.mac, nb.interface)
+            except RouteError as e:
+                raise RouteError(f"{cfg.path}: neighbors[{n}]: {e}") from None
+        for n, rt in enumerate(cfg.routes):
+            try:
+                fib.add_route(rt.prefix, rt.via, dev=rt.dev, table=rt.table, weights=rt.weights,
+                              blackhole=rt.blackhole)
+            except RouteError as e:
+                raise RouteError(f"{cfg.path}: routes[{n}]: {e}") from None
+        return fib
+
+    def add_interface(self, itf: Interface) -> int:
+        ifx = len(self.interfaces)
+        self.interfaces.append(itf)
+        for fam in (4, 6):
+            self.lpm[fam].table_index(itf.table, create=True)
+        for a in itf.addresses:
+            host = ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}")
+            self._install(Route(host, itf.table, "local", []), self.lbs.get([self.adjs.local]))
+            net = a.network
+            if net.prefixlen < a.max_prefixlen:
+                glean = self.adjs.get(AdjKey(ADJ_GLEAN, ifx, a.version))
+                self._install(Route(net, itf.table, "connected", [(ifx, None)]),
+                              self.lbs.get([glean]))
+        return ifx
+
+    def interface_index(self, name: str) -> int:
+        for i, itf in enumerate(self.interfaces):
+            if itf.name == name:
+                return i
+        raise RouteError(f"no interface named {name!r}")
+
+    # -- routes -----------------------------------------------------------------------------
+
+    def _install(self, route: Route, lb: int) -> None:
+        route.lb = lb
+        self.routes[(route.table, route.prefix)] = route
+        self.lpm[route.prefix.version].add(route.table, route.prefix, lb)
+
+    def _connected_interface(self, nh: IPAddress, table: int) -> int:
+        for ifx, itf in enumerate(self.interfaces):
+            if itf.table != table:
+                continue
+            for a in itf.addresses:
+                if a.version == nh.version and nh in a.network and nh != a.ip:
+                    return ifx
+        raise RouteError(f"next hop {nh} is not on a connected subnet of table {table}")
+
+    def _nh_adjacency(self, ifx: int, nh: IPAddress) -> int:
+        a = self.adjs.get(AdjKey(ADJ_INCOMPLETE, ifx, nh.version, int(nh)))
+        mac = self.neighbors.get((ifx, nh))
+        if mac is not None:
+            self.adjs.set_rewrite(a, mac, self.interfaces[ifx].mac)
+        return a
+
+    def add_route(self, prefix: IPNetwork | str, via: list[IPAddress] | None = None, *,
+                  dev: str | None = None, table: int = 0, weights: list[int] | None = None,
+                  blackhole: bool = False) -> Route:
+        """Add or replace a static route (ECMP when via has several next hops)."""
+        try:
+            prefix = ipaddress.ip_network(prefix, strict=False)
+        except ValueError:
+            raise RouteError(f"{prefix!r} is not a prefix") from None
+        via = list(via or [])
+        if self.lpm[prefix.version].table_index(table) < 0:
+            self.lpm[prefix.version].table_index(table, create=True)
+        paths: list[tuple[int, IPAddress | None]] = []
+        if blackhole:
+            lb = self.lbs.get([self.adjs.drop])
+        elif via:
+            adjs = []
+            for nh in via:
+                if nh.version != prefix.version:
+                    raise RouteError(f"next hop {nh} is not IPv{prefix.version}")
+                ifx = self.interface_index(dev) if dev else self._connected_interface(nh, table)
+                paths.append((ifx, nh))
+                adjs.append(self._nh_adjacency(ifx, nh))
+            lb = self.lbs.get(adjs, weights)
+        elif dev:
+            ifx = self.interface_index(dev)
+            paths.append((ifx, None))
+            lb = self.lbs.get([self.adjs.get(AdjKey(ADJ_GLEAN, ifx, prefix.version))])
+        else:
+            raise RouteError("a route needs a next hop, a device or blackhole")
+        route = Route(prefix, table, "static", paths, weights)
+        self._install(route, lb)
+        return route
+
+    def del_route(self, prefix: IPNetwork | str, table: int = 0) -> None:
+        try:
+            prefix = ipaddress.ip_network(prefix, strict=False)
+        except ValueError:
+            raise RouteError(f"{prefix!r} is not a prefix") from None
+        r = self.routes.get((table, prefix))
+        if r is None:
+            raise RouteError(f"no route {prefix} in table {table}")
+        if r.kind in ("local", "connected"):
+            raise RouteError(f"{prefix} is a {r.kind} route: change the interface addresses instead")
+        del self.routes[(table, prefix)]
+        self.lpm[prefix.version].delete(table, prefix)
+
+    # -- neighbours -------------------------------------------------------------------------
+
+    def add_neighbor(self, ip: IPAddress | str, mac: bytes, ifname: str) -> None:
+        """Set a neighbour's MAC: every adjacency to it becomes (or is rewritten as) a
+        precomputed rewrite at once; an on-link host also gets a host route."""
+        ip = ipaddress.ip_address(ip)
+        ifx = self.interface_index(ifname)
+        itf = self.interfaces[ifx]
+        self.neighbors[(ifx, ip)] = mac
+        a = self._nh_adjacency(ifx, ip)
+        host = ipaddress.ip_network(f"{ip}/{ip.max_prefixlen}")
+        existing = self.routes.get((itf.table, host))
+        on_link = any(ip in x.network for x in itf.addresses if x.version == ip.version)
+        if on_link and (existing is None or existing.kind == "neighbor"):
+            self._install(Route(host, itf.table, "neighbor", [(ifx, ip)]), self.lbs.get([a]))
+
+    def del_neighbor(self, ip: IPAddress | str, ifname: str) -> None:
+        ip = ipaddress.ip_address(ip)
+        ifx = self.interface_index(ifname)
+        if self.neighbors.pop((ifx, ip), None) is None:
+            raise RouteError(f"no neighbor {ip} on {ifname}")
+        key = AdjKey(ADJ_INCOMPLETE, ifx, ip.version, int(ip))
+        if key in self.adjs.index:
+            self.adjs.set_rewrite(self.adjs.index[key], None, self.interfaces[ifx].mac)
+        host = ipaddress.ip_network(f"{ip}/{ip.max_prefixlen}")
+        table = self.interfaces[ifx].table
+        r = self.routes.get((table, host))
+        if r is not None and r.kind == "neighbor":
+            del self.routes[(table, host)]
+            self.lpm[ip.version].delete(table, host)
+
+    # -- the data-path view -----------------------------------------------------------------
+
+    def state(self) -> DataPlaneState:
+        """A DataPlaneState over the current arrays (cheap: the big arrays are shared)."""
+        n = len(self.interfaces)
+        ifc = np.zeros((n, IF_COLS), dtype=np.int32)
+        if_mac = np.zeros((n, 6), dtype=np.uint8)
+        if_ip6 = np.zeros((n, 2, 16), dtype=np.uint8)
+        for i, itf in enumerate(self.interfaces):
+            ifc[i, I_MTU] = itf.mtu
+            ifc[i, I_FIB4] = self.lpm[4].table_index(itf.table)
+            ifc[i, I_FIB6] = self.lpm[6].table_index(itf.table)
+            ifc[i, I_UP] = 1
+            v4 = [a for a in itf.addresses if a.version == 4]
+            v6 = [a for a in itf.addresses if a.version == 6 and not a.ip.is_link_local]
+            if v4:
+                ifc[i, I_IP4] = np.uint32(int(v4[0].ip)).view(np.int32)
+            if_mac[i] = np.frombuffer(itf.mac, dtype=np.uint8)
+            if_ip6[i, IF6_LL] = np.frombuffer(itf.link_local.packed, dtype=np.uint8)
+            if v6:
+                if_ip6[i, IF6_GLOBAL] = np.frombuffer(v6[0].ip.packed, dtype=np.uint8)
+        return DataPlaneState(
+            ifc=ifc, if_mac=if_mac, if_ip6=if_ip6,
+            fib4_roots=self.lpm[4].roots, fib4_groups=self.lpm[4].groups,
+            fib6_roots=self.lpm[6].roots, fib6_groups=self.lpm[6].groups,
+            lb=self.lbs.lb, lb_buckets=self.lbs.lb_buckets,
+            adj=self.adjs.adj, adj_rw=self.adjs.adj_rw, adj_last_req=self.adjs.adj_last_req,
+            icmp_tb=icmp_bucket(*self.icmp_rate),
+        )
+
+    def describe_paths(self, route: Route) -> str:
+        if route.kind == "local":
+            return "local"
+        if not route.paths:
+            return "blackhole"
+        out = []
+        for ifx, nh in route.paths:
+            name = self.interfaces[ifx].name
+            if nh is None:
+                out.append(f"dev {name}")
+            else:
+                mac = self.neighbors.get((ifx, nh))
+                out.append(f"via {nh} dev {name}" + (f" lladdr {format_mac(mac)}" if mac else
+                                                      " (incomplete)"))
+        return ", ".join(out)

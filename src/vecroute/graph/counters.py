@@ -1,0 +1,152 @@
+"""The one registry of counters: drop reasons and data-path events.
+
+Like VPP's ``ip4_error.h``: every reason is declared once here with the node that signals
+it and a one-line description. The kernels use the integer ids (module constants, frozen at
+compile time), while ``ctl show errors``, the replay report and docs/counters.md read names
+and descriptions from this table. Nobody invents a reason string inline.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Counter(NamedTuple):
+    name: str
+    node: str
+    kind: str  # "drop": the packet died here; "event": something worth counting happened
+    description: str
+
+
+COUNTERS: tuple[Counter, ...] = (
+    # ethernet-input
+    Counter("eth-too-short", "ethernet-input", "drop", "frame shorter than an Ethernet header"),
+    Counter("frame-too-long", "ethernet-input", "drop", "frame longer than a batch buffer slot"),
+    Counter("not-for-us", "ethernet-input", "drop",
+            "destination MAC neither the interface's nor broadcast/multicast"),
+    Counter("unknown-ethertype", "ethernet-input", "drop", "ethertype not IPv4, IPv6 or ARP"),
+    # arp-input
+    Counter("arp-malformed", "arp-input", "drop", "ARP packet too short or not Ethernet/IPv4"),
+    Counter("arp-not-for-us", "arp-input", "drop", "ARP request for an address that is not ours"),
+    Counter("arp-reply-sent", "arp-input", "event", "ARP request for our address answered"),
+    Counter("arp-punt", "arp-input", "event", "ARP packet handed to the control plane"),
+    # ip4-input
+    Counter("ip4-too-short", "ip4-input", "drop", "ip4 packet shorter than 20 bytes"),
+    Counter("ip4-bad-version", "ip4-input", "drop", "ip4 version field is not 4"),
+    Counter("ip4-bad-ihl", "ip4-input", "drop", "ip4 header length < 20 bytes or beyond the packet"),
+    Counter("ip4-bad-length", "ip4-input", "drop",
+            "ip4 total length smaller than the header or larger than the frame"),
+    Counter("ip4-bad-checksum", "ip4-input", "drop", "bad ip4 header checksum"),
+    Counter("martian-source", "ip4-input", "drop",
+            "ip4 source in 0/8, 127/8, multicast, 240/4 or limited broadcast"),
+    Counter("ip4-dst-multicast", "ip4-input", "drop", "ip4 multicast destination (not routed)"),
+    # ip6-input
+    Counter("ip6-too-short", "ip6-input", "drop", "ip6 packet shorter than 40 bytes"),
+    Counter("ip6-bad-version", "ip6-input", "drop", "ip6 version field is not 6"),
+    Counter("ip6-bad-length", "ip6-input", "drop", "ip6 payload length larger than the frame"),
+    Counter("ip6-bad-ext-header", "ip6-input", "drop",
+            "ip6 extension header chain truncated or malformed"),
+    Counter("ip6-bad-source", "ip6-input", "drop", "ip6 source multicast, unspecified or loopback"),
+    Counter("ip6-link-local", "ip6-input", "drop", "ip6 link-local source or destination not forwarded"),
+    Counter("ip6-dst-multicast", "ip6-input", "drop", "ip6 multicast destination we do not listen to"),
+    # lookup
+    Counter("fib-lookups", "ip4-lookup", "event", "FIB lookups (ip4 and ip6), one per routed packet"),
+    Counter("no-route", "ip4-lookup", "drop", "no route to the destination"),
+    Counter("fib-table-missing", "ip4-lookup", "drop", "packet bound to a FIB table that has no routes"),
+    Counter("blackhole", "ip4-lookup", "drop", "route points to a drop adjacency"),
+    # local delivery
+    Counter("echo-reply-sent", "ip4-local", "event", "ICMP/ICMPv6 echo request to us answered"),
+    Counter("local-unhandled", "ip4-local", "drop", "packet to us that no local service handles"),
+    Counter("local-bad-checksum", "ip4-local", "drop", "ICMP to us with a bad checksum"),
+    Counter("nd-punt", "ip6-local", "event", "neighbour discovery handed to the control plane"),
+    # rewrite / output
+    Counter("ttl-expired", "ip4-rewrite", "drop", "ip4 ttl or ip6 hop limit <= 1 when forwarding"),
+    Counter("mtu-exceeded", "ip4-rewrite", "drop", "packet larger than the egress MTU and DF set (ip6: always)"),
+    Counter("neighbor-incomplete", "ip4-rewrite", "drop", "next hop has no resolved neighbour (MAC) yet"),
+    Counter("ip4-forwarded", "ip4-rewrite", "event", "ip4 packets forwarded"),
+    Counter("ip6-forwarded", "ip6-rewrite", "event", "ip6 packets forwarded"),
+    # fragmentation
+    Counter("fragments-created", "ip4-frag", "event", "ip4 fragments created"),
+    Counter("frag-no-buffer", "ip4-frag", "drop", "no free batch slot to hold a fragment"),
+    Counter("frag-options-too-long", "ip4-frag", "drop", "ip4 header too long to fragment into the MTU"),
+    # neighbour requests
+    Counter("arp-request-sent", "neighbor-request", "event", "ARP request sent for an unresolved next hop"),
+    Counter("ns-sent", "neighbor-request", "event", "neighbour solicitation sent for an unresolved next hop"),
+    Counter("neighbor-request-limited", "neighbor-request", "event",
+            "ARP/NS not sent: one per neighbour per second"),
+    Counter("request-no-buffer", "neighbor-request", "event", "no free batch slot for an ARP/NS"),
+    # icmp errors
+    Counter("icmp-error-sent", "icmp-error", "event", "ICMP/ICMPv6 error sent"),
+    Counter("icmp-error-suppressed", "icmp-error", "event",
+            "no ICMP error: original was an ICMP error, a non-first fragment, multicast or from an invalid source"),
+    Counter("icmp-rate-limited", "icmp-error", "event", "no ICMP error: token bucket empty"),
+    Counter("icmp-error-no-route", "icmp-error", "event", "no ICMP error: no route back to the source"),
+    # generic
+    Counter("punt", "punt", "event", "packet handed to the control plane"),
+)
+
+_IDS = {c.name: i for i, c in enumerate(COUNTERS)}
+N_COUNTERS = len(COUNTERS)
+
+
+def counter_id(name: str) -> int:
+    """The integer id of a counter; raises KeyError for an undeclared name."""
+    return _IDS[name]
+
+
+def counter_names() -> list[str]:
+    return [c.name for c in COUNTERS]
+
+
+def _c(name: str) -> int:
+    return _IDS[name]
+
+
+# Ids used by the kernels (module constants are compile-time constants for numba).
+C_ETH_TOO_SHORT = _c("eth-too-short")
+C_FRAME_TOO_LONG = _c("frame-too-long")
+C_NOT_FOR_US = _c("not-for-us")
+C_UNKNOWN_ETHERTYPE = _c("unknown-ethertype")
+C_ARP_MALFORMED = _c("arp-malformed")
+C_ARP_NOT_FOR_US = _c("arp-not-for-us")
+C_ARP_REPLY_SENT = _c("arp-reply-sent")
+C_ARP_PUNT = _c("arp-punt")
+C_IP4_TOO_SHORT = _c("ip4-too-short")
+C_IP4_BAD_VERSION = _c("ip4-bad-version")
+C_IP4_BAD_IHL = _c("ip4-bad-ihl")
+C_IP4_BAD_LENGTH = _c("ip4-bad-length")
+C_IP4_BAD_CHECKSUM = _c("ip4-bad-checksum")
+C_MARTIAN_SOURCE = _c("martian-source")
+C_IP4_DST_MULTICAST = _c("ip4-dst-multicast")
+C_IP6_TOO_SHORT = _c("ip6-too-short")
+C_IP6_BAD_VERSION = _c("ip6-bad-version")
+C_IP6_BAD_LENGTH = _c("ip6-bad-length")
+C_IP6_BAD_EXT = _c("ip6-bad-ext-header")
+C_IP6_BAD_SOURCE = _c("ip6-bad-source")
+C_IP6_LINK_LOCAL = _c("ip6-link-local")
+C_IP6_DST_MULTICAST = _c("ip6-dst-multicast")
+C_FIB_LOOKUPS = _c("fib-lookups")
+C_NO_ROUTE = _c("no-route")
+C_FIB_TABLE_MISSING = _c("fib-table-missing")
+C_BLACKHOLE = _c("blackhole")
+C_ECHO_REPLY_SENT = _c("echo-reply-sent")
+C_LOCAL_UNHANDLED = _c("local-unhandled")
+C_LOCAL_BAD_CHECKSUM = _c("local-bad-checksum")
+C_ND_PUNT = _c("nd-punt")
+C_TTL_EXPIRED = _c("ttl-expired")
+C_MTU_EXCEEDED = _c("mtu-exceeded")
+C_NEIGHBOR_INCOMPLETE = _c("neighbor-incomplete")
+C_IP4_FORWARDED = _c("ip4-forwarded")
+C_IP6_FORWARDED = _c("ip6-forwarded")
+C_FRAGMENTS_CREATED = _c("fragments-created")
+C_FRAG_NO_BUFFER = _c("frag-no-buffer")
+C_FRAG_OPTIONS_TOO_LONG = _c("frag-options-too-long")
+C_ARP_REQUEST_SENT = _c("arp-request-sent")
+C_NS_SENT = _c("ns-sent")
+C_NEIGHBOR_REQUEST_LIMITED = _c("neighbor-request-limited")
+C_REQUEST_NO_BUFFER = _c("request-no-buffer")
+C_ICMP_ERROR_SENT = _c("icmp-error-sent")
+C_ICMP_ERROR_SUPPRESSED = _c("icmp-error-suppressed")
+C_ICMP_RATE_LIMITED = _c("icmp-rate-limited")
+C_ICMP_ERROR_NO_ROUTE = _c("icmp-error-no-route")
+C_PUNT = _c("punt")

@@ -1,0 +1,56 @@
+"""Flow hashes over the 5-tuple: ECMP bucket choice (and later fanout, SRv6 flow labels).
+
+A flow must always hash the same, so only header fields that are constant along a flow
+are used; ports are left out of non-first fragments (they carry none).
+"""
+
+import numpy as np
+from numba import njit
+
+from vecroute.packet.batch import F_FRAG_NONFIRST, M_FLAGS, M_L4, M_LEN, M_OFF, M_PROTO, M_L3
+from vecroute.packet.headers import PROTO_TCP, PROTO_UDP, rd32
+
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
+@njit(cache=True, inline="always")
+def mix64(x: np.uint64) -> np.uint64:
+    """murmur3's fmix64 finalizer: every input bit affects every output bit."""
+    x ^= x >> np.uint64(33)
+    x *= _M1
+    x ^= x >> np.uint64(33)
+    x *= _M2
+    x ^= x >> np.uint64(33)
+    return x
+
+
+@njit(cache=True, inline="always")
+def _ports(buf, meta, i) -> np.uint64:
+    p = meta[M_PROTO, i]
+    l4 = meta[M_L4, i]
+    end = meta[M_OFF, i] + meta[M_LEN, i]
+    if (p == PROTO_TCP or p == PROTO_UDP) and l4 > 0 and l4 + 4 <= end:
+        if not (meta[M_FLAGS, i] & F_FRAG_NONFIRST):
+            return np.uint64(rd32(buf, l4))
+    return np.uint64(0)
+
+
+@njit(cache=True)
+def flow_hash4(buf, meta, i) -> np.uint32:
+    l3 = meta[M_L3, i]
+    a = (np.uint64(rd32(buf, l3 + 12)) << np.uint64(32)) | np.uint64(rd32(buf, l3 + 16))
+    b = (_ports(buf, meta, i) << np.uint64(8)) | np.uint64(meta[M_PROTO, i] & 0xFF)
+    h = mix64(a ^ mix64(b))
+    return np.uint32(h >> np.uint64(32)) | np.uint32(1)
+
+
+@njit(cache=True)
+def flow_hash6(buf, meta, i) -> np.uint32:
+    l3 = meta[M_L3, i]
+    h = np.uint64(0x9E3779B97F4A7C15)
+    for w in range(8):
+        h = mix64(h ^ np.uint64(rd32(buf, l3 + 8 + 4 * w)))
+    b = (_ports(buf, meta, i) << np.uint64(8)) | np.uint64(meta[M_PROTO, i] & 0xFF)
+    h = mix64(h ^ b)
+    return np.uint32(h >> np.uint64(32)) | np.uint32(1)

@@ -1,0 +1,31 @@
+"""Per-node frames: how a node hands packets to the next node without moving them."""
+
+import numpy as np
+from numba import njit
+
+from vecroute.graph.node_ids import ERROR_DROP, ICMP4_ERROR, ICMP6_ERROR
+from vecroute.packet.batch import M_AUX, M_AUX2, M_ERR, M_NEXT
+
+
+@njit(cache=True, inline="always")
+def enqueue(frames: np.ndarray, frame_n: np.ndarray, meta: np.ndarray, node: int, i: int) -> None:
+    k = frame_n[node]
+    frames[node, k] = i
+    frame_n[node] = k + 1
+    meta[M_NEXT, i] = node
+
+
+@njit(cache=True, inline="always")
+def drop(frames: np.ndarray, frame_n: np.ndarray, meta: np.ndarray, i: int, reason: int) -> None:
+    """Send packet i to error-drop, which counts ``reason`` (a counter id)."""
+    meta[M_ERR, i] = reason
+    enqueue(frames, frame_n, meta, ERROR_DROP, i)
+
+
+@njit(cache=True, inline="always")
+def icmp_error(frames, frame_n, meta, i, ip6, reason, icmp_type, icmp_code, param) -> None:
+    """Send packet i to the ICMP error node: it counts ``reason`` and answers the source."""
+    meta[M_ERR, i] = reason
+    meta[M_AUX, i] = (icmp_type << 8) | icmp_code
+    meta[M_AUX2, i] = param
+    enqueue(frames, frame_n, meta, ICMP6_ERROR if ip6 else ICMP4_ERROR, i)

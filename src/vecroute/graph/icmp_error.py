@@ -1,0 +1,206 @@
+"""icmp4-error / icmp6-error: the dedicated slow path that answers a dropped packet.
+
+The error is built in place: the new IP and ICMP headers are written into the headroom in
+front of the offending packet, which becomes the quote (RFC 1812 4.3.2.3: up to 576 bytes
+in all; RFC 4443 2.4(c): up to the 1280-byte minimum MTU), so nothing is copied. The error
+is routed back to the source through the FIB (one lookup for the new packet) and leaves
+from the router's address on the interface it leaves by. Never sent in answer to an ICMP
+error, a non-first fragment (ip4), a multicast/broadcast destination or an invalid
+source; a global token bucket limits the rate (Linux: icmp_msgs_per_sec / _burst).
+"""
+
+import numpy as np
+from numba import njit
+
+from vecroute.graph import counters as C
+from vecroute.graph.flow_hash import mix64
+from vecroute.graph.frames import enqueue
+from vecroute.graph.ip4_input import is_martian4
+from vecroute.graph.lookup import resolve4, resolve6
+from vecroute.graph.node_ids import ERROR_DROP, IP4_REWRITE, IP6_REWRITE
+from vecroute.graph.state import (
+    A_IF, A_TYPE, ADJ_LOCAL, I_IP4, IF6_GLOBAL, IF6_LL, IFS_DROPS, TB_BURST, TB_CREDIT,
+    TB_IP_ID, TB_LAST, TB_RATE,
+)
+from vecroute.packet.batch import (
+    F_FRAG_NONFIRST, F_ICMP_ERROR, F_L2_MCAST, F_LOCAL_ORIGIN, M_ADJ, M_AUX, M_AUX2,
+    M_ERR, M_FIB, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO, M_RX,
+)
+from vecroute.packet.checksum import checksum, pseudo_header6
+from vecroute.packet.headers import (
+    ICMP6_PACKET_TOO_BIG, ICMP6_PARAM_PROBLEM, IP4_HLEN, IP6_HLEN, PROTO_ICMP, PROTO_ICMPV6,
+    rd32, rd64, wr16, wr32,
+)
+
+ICMP4_MAX_LEN = 576  # RFC 1812 4.3.2.3
+ICMP6_MAX_LEN = 1280  # RFC 4443 2.4(c)
+NANO = 1_000_000_000
+
+
+@njit(cache=True)
+def take_token(tb, now: int) -> bool:
+    """Global token bucket: refill at TB_RATE tokens/s up to TB_BURST, take one."""
+    cap = tb[TB_BURST] * NANO
+    if tb[TB_LAST] < 0:
+        tb[TB_LAST] = now
+    el = now - tb[TB_LAST]
+    if el > 0:
+        if el > 100 * NANO:
+            el = 100 * NANO
+        c = tb[TB_CREDIT] + el * tb[TB_RATE]
+        tb[TB_CREDIT] = c if c < cap else cap
+        tb[TB_LAST] = now
+    if tb[TB_CREDIT] < NANO:
+        return False
+    tb[TB_CREDIT] -= NANO
+    return True
+
+
+@njit(cache=True, inline="always")
+def _count_drop(meta, dp, i) -> None:
+    dp.counters[meta[M_ERR, i]] += 1
+    dp.if_stats[meta[M_RX, i], IFS_DROPS] += 1
+
+
+@njit(cache=True, inline="always")
+def _give_up(frames, frame_n, meta, dp, i, why) -> None:
+    """No error is sent: the original is already counted; count why and free the slot."""
+    dp.counters[why] += 1
+    meta[M_ERR, i] = -1
+    enqueue(frames, frame_n, meta, ERROR_DROP, i)
+
+
+@njit(cache=True)
+def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
+    for j in range(k):
+        i = work[j]
+        _count_drop(meta, dp, i)
+        flags = meta[M_FLAGS, i]
+        l3 = meta[M_L3, i]
+        src = rd32(buf, l3 + 12)
+        dst = rd32(buf, l3 + 16)
+        if (flags & (F_ICMP_ERROR | F_FRAG_NONFIRST | F_L2_MCAST | F_LOCAL_ORIGIN)
+                or (dst >> np.uint32(28)) >= 14 or is_martian4(src)):
+            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
+            continue
+        h = np.uint32(mix64(np.uint64(src)) >> np.uint64(40))
+        a = resolve4(dp, meta[M_FIB, i], src, h)
+        if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
+            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
+            continue
+        dp.counters[C.C_FIB_LOOKUPS] += 1
+        me = np.uint32(dp.ifc[dp.adj[a, A_IF], I_IP4])
+        if me == 0:
+            me = np.uint32(dp.ifc[meta[M_RX, i], I_IP4])
+        if me == 0:
+            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
+            continue
+        if not take_token(dp.icmp_tb, now):
+            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_RATE_LIMITED)
+            continue
+        iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
+        quote = min(iplen, ICMP4_MAX_LEN - IP4_HLEN - 8)
+        n = l3 - IP4_HLEN - 8
+        tos = buf[l3 + 1]
+        total = IP4_HLEN + 8 + quote
+        buf[n] = 0x45
+        buf[n + 1] = np.uint8((tos & 0x1E) | 0xC0)  # precedence "internetwork control"
+        wr16(buf, n + 2, total)
+        dp.icmp_tb[TB_IP_ID] = (dp.icmp_tb[TB_IP_ID] + 1) & 0xFFFF
+        wr16(buf, n + 4, dp.icmp_tb[TB_IP_ID])
+        wr16(buf, n + 6, 0)
+        buf[n + 8] = 64
+        buf[n + 9] = PROTO_ICMP
+        wr16(buf, n + 10, 0)
+        wr32(buf, n + 12, me)
+        wr32(buf, n + 16, src)
+        wr16(buf, n + 10, checksum(buf, n, IP4_HLEN, np.uint64(0)))
+        c = n + IP4_HLEN
+        aux = meta[M_AUX, i]
+        buf[c] = np.uint8(aux >> 8)
+        buf[c + 1] = np.uint8(aux & 0xFF)
+        wr16(buf, c + 2, 0)
+        wr32(buf, c + 4, meta[M_AUX2, i] & 0xFFFF)  # frag-needed: next-hop MTU (RFC 1191)
+        wr16(buf, c + 2, checksum(buf, c, 8 + quote, np.uint64(0)))
+        meta[M_OFF, i] = n
+        meta[M_L3, i] = n
+        meta[M_L4, i] = c
+        meta[M_LEN, i] = total
+        meta[M_PROTO, i] = PROTO_ICMP
+        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR
+        meta[M_ADJ, i] = a
+        meta[M_ERR, i] = -1
+        dp.counters[C.C_ICMP_ERROR_SENT] += 1
+        enqueue(frames, frame_n, meta, IP4_REWRITE, i)
+
+
+@njit(cache=True, inline="always")
+def _copy_addr(buf, o, dp, ifx, slot) -> bool:
+    nz = False
+    for b in range(16):
+        v = dp.if_ip6[ifx, slot, b]
+        buf[o + b] = v
+        if v != 0:
+            nz = True
+    return nz
+
+
+@njit(cache=True)
+def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
+    for j in range(k):
+        i = work[j]
+        _count_drop(meta, dp, i)
+        flags = meta[M_FLAGS, i]
+        l3 = meta[M_L3, i]
+        aux = meta[M_AUX, i]
+        typ = aux >> 8
+        code = aux & 0xFF
+        mcast_ok = typ == ICMP6_PACKET_TOO_BIG or (typ == ICMP6_PARAM_PROBLEM and code == 2)
+        src_hi = rd64(buf, l3 + 8)
+        src_lo = rd64(buf, l3 + 16)
+        bad_src = buf[l3 + 8] == 0xFF or (src_hi == 0 and (src_lo == 0 or src_lo == 1))
+        if (flags & (F_ICMP_ERROR | F_LOCAL_ORIGIN) or bad_src
+                or (not mcast_ok and (flags & F_L2_MCAST or buf[l3 + 24] == 0xFF))):
+            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
+            continue
+        h = np.uint32(mix64(src_hi ^ mix64(src_lo)) >> np.uint64(40))
+        a = resolve6(dp, meta[M_FIB, i], src_hi, src_lo, h)
+        if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
+            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
+            continue
+        dp.counters[C.C_FIB_LOOKUPS] += 1
+        if not take_token(dp.icmp_tb, now):
+            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_RATE_LIMITED)
+            continue
+        iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
+        quote = min(iplen, ICMP6_MAX_LEN - IP6_HLEN - 8)
+        n = l3 - IP6_HLEN - 8
+        # destination = the offending packet's source (copied before the source is written)
+        for b in range(16):
+            buf[n + 24 + b] = buf[l3 + 8 + b]
+        out_if = dp.adj[a, A_IF]
+        if not _copy_addr(buf, n + 8, dp, out_if, IF6_GLOBAL):
+            if not _copy_addr(buf, n + 8, dp, meta[M_RX, i], IF6_GLOBAL):
+                _copy_addr(buf, n + 8, dp, out_if, IF6_LL)
+        wr32(buf, n, np.uint32(0x60000000))
+        wr16(buf, n + 4, 8 + quote)
+        buf[n + 6] = PROTO_ICMPV6
+        buf[n + 7] = 64
+        c = n + IP6_HLEN
+        buf[c] = np.uint8(typ)
+        buf[c + 1] = np.uint8(code)
+        wr16(buf, c + 2, 0)
+        wr32(buf, c + 4, np.uint32(meta[M_AUX2, i]))
+        wr16(buf, c + 2, checksum(buf, c, 8 + quote, pseudo_header6(buf, n, PROTO_ICMPV6, 8 + quote)))
+        meta[M_OFF, i] = n
+        meta[M_L3, i] = n
+        meta[M_L4, i] = c
+        meta[M_LEN, i] = IP6_HLEN + 8 + quote
+        meta[M_PROTO, i] = PROTO_ICMPV6
+        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR
+        meta[M_ADJ, i] = a
+        meta[M_ERR, i] = -1
+        dp.counters[C.C_ICMP_ERROR_SENT] += 1
+        enqueue(frames, frame_n, meta, IP6_REWRITE, i)
+
+

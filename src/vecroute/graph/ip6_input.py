@@ -1,0 +1,140 @@
+"""ip6-input: RFC 8200 validation and the extension header walk, then to the lookup.
+
+The walk follows hop-by-hop, routing, fragment and destination-options headers to the
+upper layer so that later nodes (local delivery, ICMP errors, firewall, SRv6) know the
+upper-layer protocol and offset. Link-local destinations are never routed.
+"""
+
+import numpy as np
+from numba import njit
+
+from vecroute.graph import counters as C
+from vecroute.graph.frames import drop, enqueue
+from vecroute.graph.node_ids import IP6_LOCAL, IP6_LOOKUP
+from vecroute.graph.state import IF6_LL
+from vecroute.packet.batch import (
+    F_FRAG, F_FRAG_NONFIRST, F_ICMP_ERROR, F_SRC_LINK_LOCAL, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO, M_RX,
+)
+from vecroute.packet.headers import (
+    IP6_HLEN, PROTO_DSTOPTS, PROTO_FRAGMENT, PROTO_HOPOPT, PROTO_ICMPV6, PROTO_ROUTING, rd16,
+)
+
+MAX_EXT_HEADERS = 16
+
+
+@njit(cache=True)
+def walk_ext_headers(buf, l3: int, end: int):
+    """Follow the extension header chain. Returns (proto, l4 offset, frag flags, ok)."""
+    nh = np.int32(buf[l3 + 6])
+    p = l3 + IP6_HLEN
+    flags = 0
+    for n in range(MAX_EXT_HEADERS):
+        if nh == PROTO_HOPOPT and n > 0:
+            return nh, p, flags, False  # hop-by-hop must come first (RFC 8200 4.1)
+        if nh == PROTO_HOPOPT or nh == PROTO_ROUTING or nh == PROTO_DSTOPTS:
+            if p + 2 > end:
+                return nh, p, flags, False
+            hl = (np.int32(buf[p + 1]) + 1) * 8
+            if p + hl > end:
+                return nh, p, flags, False
+            nh = np.int32(buf[p])
+            p += hl
+        elif nh == PROTO_FRAGMENT:
+            if p + 8 > end:
+                return nh, p, flags, False
+            fo = rd16(buf, p + 2)
+            flags |= F_FRAG
+            nxt = np.int32(buf[p])
+            p += 8
+            if fo & 0xFFF8:
+                flags |= F_FRAG_NONFIRST
+                return nxt, p, flags, True  # no upper-layer header in this fragment
+            nh = nxt
+        else:
+            return nh, p, flags, True
+    return nh, p, flags, False
+
+
+@njit(cache=True, inline="always")
+def _is_our_ll(dp, rx, buf, l3) -> bool:
+    for b in range(16):
+        if buf[l3 + 24 + b] != dp.if_ip6[rx, IF6_LL, b]:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _wanted_multicast(dp, rx, buf, l3) -> bool:
+    """ff02::1, ff02::2 and the solicited-node groups of the interface's addresses."""
+    if buf[l3 + 24] != 0xFF or buf[l3 + 25] != 0x02:
+        return False
+    for b in range(2, 11):
+        if buf[l3 + 24 + b] != 0:
+            return False
+    if buf[l3 + 35] == 0 and buf[l3 + 36] == 0 and buf[l3 + 37] == 0 and buf[l3 + 38] == 0:
+        last = buf[l3 + 39]
+        return last == 1 or last == 2
+    # ff02::1:ffXX:XXXX, solicited-node: neighbour discovery decides whether it is ours
+    return buf[l3 + 35] == 1 and buf[l3 + 36] == 0xFF
+
+
+@njit(cache=True)
+def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
+    for j in range(k):
+        i = work[j]
+        o = meta[M_OFF, i]
+        l3 = meta[M_L3, i]
+        avail = meta[M_LEN, i] - (l3 - o)
+        if avail < IP6_HLEN:
+            drop(frames, frame_n, meta, i, C.C_IP6_TOO_SHORT)
+            continue
+        if (buf[l3] >> 4) != 6:
+            drop(frames, frame_n, meta, i, C.C_IP6_BAD_VERSION)
+            continue
+        plen = np.int32(rd16(buf, l3 + 4))
+        if IP6_HLEN + plen > avail:
+            drop(frames, frame_n, meta, i, C.C_IP6_BAD_LENGTH)
+            continue
+        meta[M_LEN, i] = (l3 - o) + IP6_HLEN + plen
+        s0 = buf[l3 + 8]
+        if s0 == 0xFF:
+            drop(frames, frame_n, meta, i, C.C_IP6_BAD_SOURCE)
+            continue
+        src_zero_hi = True
+        for b in range(15):
+            if buf[l3 + 8 + b] != 0:
+                src_zero_hi = False
+                break
+        d0 = buf[l3 + 24]
+        if src_zero_hi and buf[l3 + 23] == 1:
+            drop(frames, frame_n, meta, i, C.C_IP6_BAD_SOURCE)  # ::1
+            continue
+        if src_zero_hi and buf[l3 + 23] == 0 and d0 != 0xFF:
+            drop(frames, frame_n, meta, i, C.C_IP6_BAD_SOURCE)  # :: only for DAD
+            continue
+        proto, l4, fflags, ok = walk_ext_headers(buf, l3, l3 + IP6_HLEN + plen)
+        if not ok:
+            drop(frames, frame_n, meta, i, C.C_IP6_BAD_EXT)
+            continue
+        flags = meta[M_FLAGS, i] | fflags
+        meta[M_PROTO, i] = proto
+        meta[M_L4, i] = l4
+        if (proto == PROTO_ICMPV6 and not (flags & F_FRAG_NONFIRST)
+                and l4 < l3 + IP6_HLEN + plen and buf[l4] < 128):
+            flags |= F_ICMP_ERROR
+        if s0 == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80:
+            flags |= F_SRC_LINK_LOCAL
+        meta[M_FLAGS, i] = flags
+        rx = meta[M_RX, i]
+        if d0 == 0xFF:
+            if _wanted_multicast(dp, rx, buf, l3):
+                enqueue(frames, frame_n, meta, IP6_LOCAL, i)
+            else:
+                drop(frames, frame_n, meta, i, C.C_IP6_DST_MULTICAST)
+        elif d0 == 0xFE and (buf[l3 + 25] & 0xC0) == 0x80:
+            if _is_our_ll(dp, rx, buf, l3):
+                enqueue(frames, frame_n, meta, IP6_LOCAL, i)
+            else:
+                drop(frames, frame_n, meta, i, C.C_IP6_LINK_LOCAL)
+        else:
+            enqueue(frames, frame_n, meta, IP6_LOOKUP, i)

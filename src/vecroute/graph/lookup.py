@@ -1,0 +1,125 @@
+"""ip4-lookup / ip6-lookup: the one FIB lookup of a routed packet.
+
+The lookup yields a load-balance index; the flow hash picks one ECMP bucket, whose
+adjacency index then travels in the packet metadata to rewrite and output. Nothing after
+this node looks the route up again.
+"""
+
+import numpy as np
+from numba import njit
+
+from vecroute.fib.lpm import lpm4_lookup, lpm6_lookup
+from vecroute.graph import counters as C
+from vecroute.graph.flow_hash import flow_hash4, flow_hash6
+from vecroute.graph.frames import drop, enqueue, icmp_error
+from vecroute.graph.node_ids import IP4_LOCAL, IP4_REWRITE, IP6_LOCAL, IP6_REWRITE
+from vecroute.graph.state import A_TYPE, ADJ_DROP, ADJ_LOCAL, LB_N, LB_START
+from vecroute.packet.batch import F_LOCAL_ORIGIN, M_ADJ, M_FIB, M_FLAGS, M_HASH, M_L3
+from vecroute.packet.headers import (
+    ICMP4_DEST_UNREACH, ICMP4_NET_UNREACH, ICMP6_DEST_UNREACH, ICMP6_NO_ROUTE, rd32, rd64,
+)
+
+
+@njit(cache=True, inline="always")
+def pick_adjacency(dp, lbi: int, h: np.uint32) -> int:
+    """Map a load-balance index and a flow hash to an adjacency (ECMP bucket)."""
+    n = dp.lb[lbi, LB_N]
+    start = dp.lb[lbi, LB_START]
+    if n == 1:
+        return dp.lb_buckets[start]
+    return dp.lb_buckets[start + np.int64(h % np.uint32(n))]
+
+
+@njit(cache=True)
+def resolve4(dp, fib: int, dst: np.uint32, h: np.uint32) -> int:
+    """FIB lookup + ECMP choice for one ip4 destination; -1 on a miss."""
+    if fib < 0 or fib >= dp.fib4_roots.shape[0]:
+        return -1
+    v = lpm4_lookup(dp.fib4_roots, dp.fib4_groups, fib, dst)
+    if v < 0:
+        return -1
+    return pick_adjacency(dp, v, h)
+
+
+@njit(cache=True)
+def resolve6(dp, fib: int, hi: np.uint64, lo: np.uint64, h: np.uint32) -> int:
+    """FIB lookup + ECMP choice for one ip6 destination; -1 on a miss."""
+    if fib < 0 or fib >= dp.fib6_roots.shape[0]:
+        return -1
+    v = lpm6_lookup(dp.fib6_roots, dp.fib6_groups, fib, hi, lo)
+    if v < 0:
+        return -1
+    return pick_adjacency(dp, v, h)
+
+
+@njit(cache=True)
+def ip4_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
+    lookups = 0
+    for j in range(k):
+        i = work[j]
+        l3 = meta[M_L3, i]
+        fib = meta[M_FIB, i]
+        if fib < 0 or fib >= dp.fib4_roots.shape[0]:
+            drop(frames, frame_n, meta, i, C.C_FIB_TABLE_MISSING)
+            continue
+        lookups += 1
+        v = lpm4_lookup(dp.fib4_roots, dp.fib4_groups, fib, rd32(buf, l3 + 16))
+        if v < 0:
+            if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
+                drop(frames, frame_n, meta, i, C.C_NO_ROUTE)
+            else:
+                icmp_error(frames, frame_n, meta, i, False, C.C_NO_ROUTE,
+                           ICMP4_DEST_UNREACH, ICMP4_NET_UNREACH, 0)
+            continue
+        if dp.lb[v, LB_N] > 1:
+            h = flow_hash4(buf, meta, i)
+            meta[M_HASH, i] = np.int32(h)
+        else:
+            h = np.uint32(0)
+        a = pick_adjacency(dp, v, h)
+        meta[M_ADJ, i] = a
+        t = dp.adj[a, A_TYPE]
+        if t == ADJ_LOCAL:
+            enqueue(frames, frame_n, meta, IP4_LOCAL, i)
+        elif t == ADJ_DROP:
+            drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
+        else:
+            enqueue(frames, frame_n, meta, IP4_REWRITE, i)
+    dp.counters[C.C_FIB_LOOKUPS] += lookups
+
+
+@njit(cache=True)
+def ip6_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
+    lookups = 0
+    for j in range(k):
+        i = work[j]
+        l3 = meta[M_L3, i]
+        fib = meta[M_FIB, i]
+        if fib < 0 or fib >= dp.fib6_roots.shape[0]:
+            drop(frames, frame_n, meta, i, C.C_FIB_TABLE_MISSING)
+            continue
+        lookups += 1
+        v = lpm6_lookup(dp.fib6_roots, dp.fib6_groups, fib, rd64(buf, l3 + 24),
+                        rd64(buf, l3 + 32))
+        if v < 0:
+            if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
+                drop(frames, frame_n, meta, i, C.C_NO_ROUTE)
+            else:
+                icmp_error(frames, frame_n, meta, i, True, C.C_NO_ROUTE,
+                           ICMP6_DEST_UNREACH, ICMP6_NO_ROUTE, 0)
+            continue
+        if dp.lb[v, LB_N] > 1:
+            h = flow_hash6(buf, meta, i)
+            meta[M_HASH, i] = np.int32(h)
+        else:
+            h = np.uint32(0)
+        a = pick_adjacency(dp, v, h)
+        meta[M_ADJ, i] = a
+        t = dp.adj[a, A_TYPE]
+        if t == ADJ_LOCAL:
+            enqueue(frames, frame_n, meta, IP6_LOCAL, i)
+        elif t == ADJ_DROP:
+            drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
+        else:
+            enqueue(frames, frame_n, meta, IP6_REWRITE, i)
+    dp.counters[C.C_FIB_LOOKUPS] += lookups

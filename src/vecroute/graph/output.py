@@ -1,0 +1,45 @@
+"""interface-output, error-drop and punt: where every packet's journey ends.
+
+interface-output appends to the batch's transmit list (the I/O layer writes it out);
+error-drop counts the reason once and the receiving interface's drops; punt leaves the
+packet in place for the control plane to read after the batch.
+"""
+
+from numba import njit
+
+from vecroute.graph import counters as C
+from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX
+from vecroute.graph.state import IFS_DROPS, IFS_TX_BYTES, IFS_TX_PKTS
+from vecroute.packet.batch import M_ERR, M_LEN, M_NEXT, M_RX, M_TX
+
+
+@njit(cache=True)
+def interface_output(work, k, meta, dp, txl, txn) -> None:
+    n = txn[0]
+    for j in range(k):
+        i = work[j]
+        tx = meta[M_TX, i]
+        dp.if_stats[tx, IFS_TX_PKTS] += 1
+        dp.if_stats[tx, IFS_TX_BYTES] += meta[M_LEN, i]
+        meta[M_NEXT, i] = DONE_TX
+        txl[n] = i
+        n += 1
+    txn[0] = n
+
+
+@njit(cache=True)
+def error_drop(work, k, meta, dp) -> None:
+    for j in range(k):
+        i = work[j]
+        e = meta[M_ERR, i]
+        if e >= 0:
+            dp.counters[e] += 1
+            dp.if_stats[meta[M_RX, i], IFS_DROPS] += 1
+        meta[M_NEXT, i] = DONE_DROP
+
+
+@njit(cache=True)
+def punt_node(work, k, meta, dp) -> None:
+    for j in range(k):
+        meta[M_NEXT, work[j]] = DONE_PUNT
+    dp.counters[C.C_PUNT] += k

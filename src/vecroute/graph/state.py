@@ -1,0 +1,130 @@
+"""The forwarding state seen by the data path: flat arrays only.
+
+The control plane builds a ``DataPlaneState`` aside and swaps the reference between
+batches, so a worker never sees a half-applied update. Inside compiled code the arrays
+travel as the ``DP`` namedtuple; across the Python/numba boundary they travel as a flat
+argument list (numba dispatches flat arrays much faster than a tuple of them).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vecroute.graph.counters import N_COUNTERS
+from vecroute.graph.node_ids import N_NODES
+
+# interface columns (ifc int32 [n_if, IF_COLS])
+I_MTU = 0
+I_FIB4 = 1  # FIB table index for ip4 packets received here
+I_FIB6 = 2
+I_IP4 = 3  # primary ip4 address (as int32 bits), 0 if none
+I_UP = 4
+IF_COLS = 5
+IF6_LL = 0  # if_ip6[i, 0] link-local address
+IF6_GLOBAL = 1  # if_ip6[i, 1] primary global address (zeros if none)
+
+# adjacency columns (adj int32 [n_adj, ADJ_COLS])
+A_TYPE = 0
+A_IF = 1
+A_NH4 = 2  # ip4 next hop
+A_NH6 = 3  # 4 words of the ip6 next hop, big-endian words: A_NH6 .. A_NH6+3
+A_FAMILY = 7
+A_RWLEN = 8
+ADJ_COLS = 9
+ADJ_REWRITE = 0  # forward: prepend adj_rw
+ADJ_LOCAL = 1  # receive: for us
+ADJ_DROP = 2  # blackhole
+ADJ_INCOMPLETE = 3  # next hop known, its MAC not yet
+ADJ_GLEAN = 4  # connected subnet: the next hop is the destination itself
+ADJ_NAMES = ("rewrite", "local", "drop", "incomplete", "glean")
+RW_MAX = 16
+
+# load-balance columns (lb int32 [n_lb, 2]): start, count in lb_buckets
+LB_START = 0
+LB_N = 1
+
+# interface statistics (if_stats int64 [n_if, IFS_COLS])
+IFS_RX_PKTS = 0
+IFS_RX_BYTES = 1
+IFS_TX_PKTS = 2
+IFS_TX_BYTES = 3
+IFS_DROPS = 4
+IFS_PUNTS = 5
+IFS_COLS = 6
+
+# node statistics (node_stats int64 [N_NODES, NS_COLS])
+NS_CALLS = 0
+NS_PACKETS = 1
+NS_CLOCKS = 2
+NS_COLS = 3
+
+# icmp token bucket (icmp_tb int64 [TB_COLS])
+TB_CREDIT = 0  # in nano-tokens (1 token = 1e9)
+TB_LAST = 1  # last refill time (ns)
+TB_RATE = 2  # tokens per second
+TB_BURST = 3  # bucket size in tokens
+TB_IP_ID = 4  # running ip4 id for generated packets
+TB_COLS = 5
+
+GLEAN_SLOTS = 4096
+
+DP = namedtuple(
+    "DP",
+    [
+        "ifc", "if_mac", "if_ip6",
+        "fib4_roots", "fib4_groups", "fib6_roots", "fib6_groups",
+        "lb", "lb_buckets", "adj", "adj_rw", "adj_last_req", "glean",
+        "icmp_tb", "counters", "if_stats", "node_stats",
+    ],
+)
+
+
+@dataclass
+class DataPlaneState:
+    """Everything the compiled graph reads (tables) or writes (counters, rate limiters)."""
+
+    ifc: np.ndarray
+    if_mac: np.ndarray
+    if_ip6: np.ndarray
+    fib4_roots: np.ndarray
+    fib4_groups: np.ndarray
+    fib6_roots: np.ndarray
+    fib6_groups: np.ndarray
+    lb: np.ndarray
+    lb_buckets: np.ndarray
+    adj: np.ndarray
+    adj_rw: np.ndarray
+    adj_last_req: np.ndarray
+    glean: np.ndarray = field(
+        default_factory=lambda: np.zeros((GLEAN_SLOTS, 4), dtype=np.int64))
+    icmp_tb: np.ndarray = field(default_factory=lambda: icmp_bucket(1000, 50))
+    counters: np.ndarray = field(default_factory=lambda: np.zeros(N_COUNTERS, dtype=np.int64))
+    if_stats: np.ndarray | None = None
+    node_stats: np.ndarray = field(
+        default_factory=lambda: np.zeros((N_NODES, NS_COLS), dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        if self.if_stats is None:
+            self.if_stats = np.zeros((self.ifc.shape[0], IFS_COLS), dtype=np.int64)
+
+    def args(self) -> tuple:
+        """The arrays in ``DP`` field order, for the flat call into the dispatcher."""
+        return tuple(getattr(self, f) for f in DP._fields)
+
+    def clear_counters(self) -> None:
+        self.counters[:] = 0
+        self.if_stats[:] = 0
+        self.node_stats[:] = 0
+
+
+def icmp_bucket(rate_per_s: int, burst: int) -> np.ndarray:
+    """A full token bucket (Linux defaults: icmp_msgs_per_sec=1000, icmp_msgs_burst=50)."""
+    tb = np.zeros(TB_COLS, dtype=np.int64)
+    tb[TB_RATE] = rate_per_s
+    tb[TB_BURST] = burst
+    tb[TB_CREDIT] = burst * 1_000_000_000
+    tb[TB_LAST] = -1
+    return tb

@@ -1,0 +1,105 @@
+"""Header layouts and big-endian field access for the compiled nodes.
+
+Packets live in one uint8 batch buffer; these helpers read and write network-order fields
+at absolute byte offsets so that kernels never build Python objects per packet.
+"""
+
+from numba import njit
+import numpy as np
+
+ETH_HLEN = 14
+ETH_P_IP = 0x0800
+ETH_P_ARP = 0x0806
+ETH_P_IPV6 = 0x86DD
+ETH_P_VLAN = 0x8100
+
+IP4_HLEN = 20
+IP6_HLEN = 40
+ICMP_HLEN = 8
+ARP_LEN = 28
+
+PROTO_HOPOPT = 0
+PROTO_ICMP = 1
+PROTO_IPIP = 4
+PROTO_TCP = 6
+PROTO_UDP = 17
+PROTO_IPV6 = 41
+PROTO_ROUTING = 43
+PROTO_FRAGMENT = 44
+PROTO_ICMPV6 = 58
+PROTO_NONE = 59
+PROTO_DSTOPTS = 60
+
+# ICMPv4 types/codes (RFC 792)
+ICMP4_ECHO_REPLY = 0
+ICMP4_DEST_UNREACH = 3
+ICMP4_ECHO_REQUEST = 8
+ICMP4_TIME_EXCEEDED = 11
+ICMP4_PARAM_PROBLEM = 12
+ICMP4_NET_UNREACH = 0
+ICMP4_HOST_UNREACH = 1
+ICMP4_FRAG_NEEDED = 4
+
+# ICMPv6 types/codes (RFC 4443, RFC 4861)
+ICMP6_DEST_UNREACH = 1
+ICMP6_PACKET_TOO_BIG = 2
+ICMP6_TIME_EXCEEDED = 3
+ICMP6_PARAM_PROBLEM = 4
+ICMP6_ECHO_REQUEST = 128
+ICMP6_ECHO_REPLY = 129
+ICMP6_ROUTER_SOLICIT = 133
+ICMP6_ROUTER_ADVERT = 134
+ICMP6_NEIGHBOR_SOLICIT = 135
+ICMP6_NEIGHBOR_ADVERT = 136
+ICMP6_NO_ROUTE = 0
+
+IP4_MIN_MTU = 68
+IP6_MIN_MTU = 1280
+
+
+@njit(cache=True, inline="always")
+def rd16(buf: np.ndarray, o: int) -> np.uint32:
+    return (np.uint32(buf[o]) << np.uint32(8)) | np.uint32(buf[o + 1])
+
+
+@njit(cache=True, inline="always")
+def rd32(buf: np.ndarray, o: int) -> np.uint32:
+    return (
+        (np.uint32(buf[o]) << np.uint32(24))
+        | (np.uint32(buf[o + 1]) << np.uint32(16))
+        | (np.uint32(buf[o + 2]) << np.uint32(8))
+        | np.uint32(buf[o + 3])
+    )
+
+
+@njit(cache=True, inline="always")
+def rd64(buf: np.ndarray, o: int) -> np.uint64:
+    v = np.uint64(0)
+    for k in range(8):
+        v = (v << np.uint64(8)) | np.uint64(buf[o + k])
+    return v
+
+
+@njit(cache=True, inline="always")
+def wr16(buf: np.ndarray, o: int, v) -> None:
+    buf[o] = np.uint8((v >> 8) & 0xFF)
+    buf[o + 1] = np.uint8(v & 0xFF)
+
+
+@njit(cache=True, inline="always")
+def wr32(buf: np.ndarray, o: int, v) -> None:
+    buf[o] = np.uint8((v >> 24) & 0xFF)
+    buf[o + 1] = np.uint8((v >> 16) & 0xFF)
+    buf[o + 2] = np.uint8((v >> 8) & 0xFF)
+    buf[o + 3] = np.uint8(v & 0xFF)
+
+
+@njit(cache=True, inline="always")
+def copy_bytes(dst: np.ndarray, do: int, src: np.ndarray, so: int, n: int) -> None:
+    """memmove semantics: safe when the regions overlap in the same buffer."""
+    if do <= so:
+        for k in range(n):
+            dst[do + k] = src[so + k]
+    else:
+        for k in range(n - 1, -1, -1):
+            dst[do + k] = src[so + k]
