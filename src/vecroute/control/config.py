@@ -104,15 +104,17 @@ class _Reader:
             raise ConfigError(f"{path}: {where}: expected a table, got {type(table).__name__}")
         unknown = sorted(set(table) - allowed)
         if unknown:
-            raise ConfigError(f"{path}: {where}.{unknown[0]}: unknown key "
-                              f"(allowed: {', '.join(sorted(allowed))})")
+            raise ConfigError(
+                f"{path}: {where}.{unknown[0]}: unknown key (allowed: {', '.join(sorted(allowed))})"
+            )
         self.path, self.where, self.table = path, where, table
 
     def err(self, key: str, msg: str) -> ConfigError:
         return ConfigError(f"{self.path}: {self.where}.{key}: {msg}")
 
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *,
-            required: bool = False) -> Any:
+    def get(
+        self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, required: bool = False
+    ) -> Any:
         if key not in self.table:
             if required or default is ...:
                 raise self.err(key, "missing (required)")
@@ -121,7 +123,9 @@ class _Reader:
         if isinstance(v, bool) and kind is int:
             raise self.err(key, f"expected an integer, got {v!r}")
         if not isinstance(v, kind):
-            name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            name = (
+                kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            )
             raise self.err(key, f"expected {name}, got {type(v).__name__} {v!r}")
         return v
 
@@ -148,8 +152,12 @@ def _section_list(path: str, data: dict, key: str) -> list[dict]:
 
 def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     """Validate a parsed TOML document into a Config (raises ConfigError)."""
-    top = _Reader(path, "<top>", data, {"interfaces", "routes", "neighbors", "icmp", "router",
-                                        "control", "firewall", "srv6"})
+    top = _Reader(
+        path,
+        "<top>",
+        data,
+        {"interfaces", "routes", "neighbors", "icmp", "router", "control", "firewall", "srv6"},
+    )
     _ = top
     interfaces: list[InterfaceConfig] = []
     names: set[str] = set()
@@ -171,15 +179,17 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         mtu = r.int_range("mtu", 1500, 68, 9000)
         if any(a.version == 6 for a in addrs) and mtu < 1280:
             raise r.err("mtu", f"{mtu} is below the IPv6 minimum of 1280 on an IPv6 interface")
-        interfaces.append(InterfaceConfig(name, mac, addrs, mtu,
-                                          r.int_range("table", 0, 0, 2**32 - 1)))
+        interfaces.append(
+            InterfaceConfig(name, mac, addrs, mtu, r.int_range("table", 0, 0, 2**32 - 1))
+        )
     if not interfaces:
         raise ConfigError(f"{path}: interfaces: at least one [[interfaces]] is required")
 
     routes: list[RouteConfig] = []
     for n, t in enumerate(_section_list(path, data, "routes")):
-        r = _Reader(path, f"routes[{n}]", t, {"prefix", "via", "dev", "table", "weights",
-                                              "blackhole"})
+        r = _Reader(
+            path, f"routes[{n}]", t, {"prefix", "via", "dev", "table", "weights", "blackhole"}
+        )
         p = r.get("prefix", str, required=True)
         try:
             prefix = ipaddress.ip_network(p, strict=False)
@@ -198,11 +208,14 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         if not via and dev is None and not blackhole:
             raise r.err("via", "a route needs via, dev or blackhole = true")
         weights = r.get("weights", list, None)
-        if weights is not None and (len(weights) != len(via) or
-                                    not all(isinstance(w, int) and 1 <= w <= 64 for w in weights)):
+        if weights is not None and (
+            len(weights) != len(via)
+            or not all(isinstance(w, int) and 1 <= w <= 64 for w in weights)
+        ):
             raise r.err("weights", "one integer weight 1..64 per next hop in via")
-        routes.append(RouteConfig(prefix, via, dev, r.int_range("table", 0, 0, 2**32 - 1),
-                                  weights, blackhole))
+        routes.append(
+            RouteConfig(prefix, via, dev, r.int_range("table", 0, 0, 2**32 - 1), weights, blackhole)
+        )
 
     neighbors: list[NeighborConfig] = []
     for n, t in enumerate(_section_list(path, data, "neighbors")):
@@ -221,8 +234,9 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     router = RouterConfig()
     if "router" in data:
         r = _Reader(path, "router", data["router"], {"workers", "vector_size"})
-        router = RouterConfig(r.int_range("workers", 1, 1, 64),
-                              r.int_range("vector_size", 256, 1, 4096))
+        router = RouterConfig(
+            r.int_range("workers", 1, 1, 64), r.int_range("vector_size", 256, 1, 4096)
+        )
     control = ControlConfig()
     if "control" in data:
         r = _Reader(path, "control", data["control"], {"socket"})

@@ -18,8 +18,18 @@ from vecroute.control.config import Config, IPAddress, IPNetwork, format_mac
 from vecroute.fib.adjacency import AdjacencyTable, AdjKey, LoadBalanceTable
 from vecroute.fib.lpm import Lpm
 from vecroute.graph.state import (
-    ADJ_GLEAN, ADJ_INCOMPLETE, I_FIB4, I_FIB6, I_IP4, I_MTU, I_UP, IF6_GLOBAL, IF6_LL,
-    IF_COLS, DataPlaneState, icmp_bucket,
+    ADJ_GLEAN,
+    ADJ_INCOMPLETE,
+    I_FIB4,
+    I_FIB6,
+    I_IP4,
+    I_MTU,
+    I_UP,
+    IF6_GLOBAL,
+    IF6_LL,
+    IF_COLS,
+    DataPlaneState,
+    icmp_bucket,
 )
 
 
@@ -75,8 +85,10 @@ class Fib:
         for itf in cfg.interfaces:
             mac = itf.mac or (macs or {}).get(itf.name)
             if mac is None:
-                raise RouteError(f"{cfg.path}: interface {itf.name}: mac is required here "
-                                 f"(replay has no device to read it from)")
+                raise RouteError(
+                    f"{cfg.path}: interface {itf.name}: mac is required here "
+                    f"(replay has no device to read it from)"
+                )
             fib.add_interface(Interface(itf.name, mac, itf.mtu, itf.table, list(itf.addresses)))
         for n, nb in enumerate(cfg.neighbors):
             try:
@@ -85,8 +97,14 @@ class Fib:
                 raise RouteError(f"{cfg.path}: neighbors[{n}]: {e}") from None
         for n, rt in enumerate(cfg.routes):
             try:
-                fib.add_route(rt.prefix, rt.via, dev=rt.dev, table=rt.table, weights=rt.weights,
-                              blackhole=rt.blackhole)
+                fib.add_route(
+                    rt.prefix,
+                    rt.via,
+                    dev=rt.dev,
+                    table=rt.table,
+                    weights=rt.weights,
+                    blackhole=rt.blackhole,
+                )
             except RouteError as e:
                 raise RouteError(f"{cfg.path}: routes[{n}]: {e}") from None
         return fib
@@ -102,8 +120,9 @@ class Fib:
             net = a.network
             if net.prefixlen < a.max_prefixlen:
                 glean = self.adjs.get(AdjKey(ADJ_GLEAN, ifx, a.version))
-                self._install(Route(net, itf.table, "connected", [(ifx, None)]),
-                              self.lbs.get([glean]))
+                self._install(
+                    Route(net, itf.table, "connected", [(ifx, None)]), self.lbs.get([glean])
+                )
         return ifx
 
     def interface_index(self, name: str) -> int:
@@ -135,9 +154,16 @@ class Fib:
             self.adjs.set_rewrite(a, mac, self.interfaces[ifx].mac)
         return a
 
-    def add_route(self, prefix: IPNetwork | str, via: list[IPAddress] | None = None, *,
-                  dev: str | None = None, table: int = 0, weights: list[int] | None = None,
-                  blackhole: bool = False) -> Route:
+    def add_route(
+        self,
+        prefix: IPNetwork | str,
+        via: list[IPAddress] | None = None,
+        *,
+        dev: str | None = None,
+        table: int = 0,
+        weights: list[int] | None = None,
+        blackhole: bool = False,
+    ) -> Route:
         """Add or replace a static route (ECMP when via has several next hops)."""
         try:
             prefix = ipaddress.ip_network(prefix, strict=False)
@@ -177,7 +203,9 @@ class Fib:
         if r is None:
             raise RouteError(f"no route {prefix} in table {table}")
         if r.kind in ("local", "connected"):
-            raise RouteError(f"{prefix} is a {r.kind} route: change the interface addresses instead")
+            raise RouteError(
+                f"{prefix} is a {r.kind} route: change the interface addresses instead"
+            )
         del self.routes[(table, prefix)]
         self.lpm[prefix.version].delete(table, prefix)
 
@@ -234,11 +262,18 @@ class Fib:
             if v6:
                 if_ip6[i, IF6_GLOBAL] = np.frombuffer(v6[0].ip.packed, dtype=np.uint8)
         return DataPlaneState(
-            ifc=ifc, if_mac=if_mac, if_ip6=if_ip6,
-            fib4_roots=self.lpm[4].roots, fib4_groups=self.lpm[4].groups,
-            fib6_roots=self.lpm[6].roots, fib6_groups=self.lpm[6].groups,
-            lb=self.lbs.lb, lb_buckets=self.lbs.lb_buckets,
-            adj=self.adjs.adj, adj_rw=self.adjs.adj_rw, adj_last_req=self.adjs.adj_last_req,
+            ifc=ifc,
+            if_mac=if_mac,
+            if_ip6=if_ip6,
+            fib4_roots=self.lpm[4].roots,
+            fib4_groups=self.lpm[4].groups,
+            fib6_roots=self.lpm[6].roots,
+            fib6_groups=self.lpm[6].groups,
+            lb=self.lbs.lb,
+            lb_buckets=self.lbs.lb_buckets,
+            adj=self.adjs.adj,
+            adj_rw=self.adjs.adj_rw,
+            adj_last_req=self.adjs.adj_last_req,
             icmp_tb=icmp_bucket(*self.icmp_rate),
         )
 
@@ -254,6 +289,8 @@ class Fib:
                 out.append(f"dev {name}")
             else:
                 mac = self.neighbors.get((ifx, nh))
-                out.append(f"via {nh} dev {name}" + (f" lladdr {format_mac(mac)}" if mac else
-                                                      " (incomplete)"))
+                out.append(
+                    f"via {nh} dev {name}"
+                    + (f" lladdr {format_mac(mac)}" if mac else " (incomplete)")
+                )
         return ", ".join(out)

@@ -1,6 +1,7 @@
 """arp-input: answer ARP requests for the router's addresses; hand the rest to the
 control plane (which learns neighbours from replies and gratuitous ARP)."""
 
+import numpy as np
 from numba import njit
 
 from vecroute.graph import counters as C
@@ -11,8 +12,6 @@ from vecroute.graph.node_ids import INTERFACE_OUTPUT
 from vecroute.graph.state import A_TYPE, ADJ_LOCAL
 from vecroute.packet.batch import M_FIB, M_L3, M_LEN, M_OFF, M_RX, M_TX
 from vecroute.packet.headers import ARP_LEN, rd16, rd32, wr16
-
-import numpy as np
 
 
 @njit(cache=True)

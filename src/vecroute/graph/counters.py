@@ -22,8 +22,12 @@ COUNTERS: tuple[Counter, ...] = (
     # ethernet-input
     Counter("eth-too-short", "ethernet-input", "drop", "frame shorter than an Ethernet header"),
     Counter("frame-too-long", "ethernet-input", "drop", "frame longer than a batch buffer slot"),
-    Counter("not-for-us", "ethernet-input", "drop",
-            "destination MAC neither the interface's nor broadcast/multicast"),
+    Counter(
+        "not-for-us",
+        "ethernet-input",
+        "drop",
+        "destination MAC neither the interface's nor broadcast/multicast",
+    ),
     Counter("unknown-ethertype", "ethernet-input", "drop", "ethertype not IPv4, IPv6 or ARP"),
     # arp-input
     Counter("arp-malformed", "arp-input", "drop", "ARP packet too short or not Ethernet/IPv4"),
@@ -33,26 +37,48 @@ COUNTERS: tuple[Counter, ...] = (
     # ip4-input
     Counter("ip4-too-short", "ip4-input", "drop", "ip4 packet shorter than 20 bytes"),
     Counter("ip4-bad-version", "ip4-input", "drop", "ip4 version field is not 4"),
-    Counter("ip4-bad-ihl", "ip4-input", "drop", "ip4 header length < 20 bytes or beyond the packet"),
-    Counter("ip4-bad-length", "ip4-input", "drop",
-            "ip4 total length smaller than the header or larger than the frame"),
+    Counter(
+        "ip4-bad-ihl", "ip4-input", "drop", "ip4 header length < 20 bytes or beyond the packet"
+    ),
+    Counter(
+        "ip4-bad-length",
+        "ip4-input",
+        "drop",
+        "ip4 total length smaller than the header or larger than the frame",
+    ),
     Counter("ip4-bad-checksum", "ip4-input", "drop", "bad ip4 header checksum"),
-    Counter("martian-source", "ip4-input", "drop",
-            "ip4 source in 0/8, 127/8, multicast, 240/4 or limited broadcast"),
+    Counter(
+        "martian-source",
+        "ip4-input",
+        "drop",
+        "ip4 source in 0/8, 127/8, multicast, 240/4 or limited broadcast",
+    ),
     Counter("ip4-dst-multicast", "ip4-input", "drop", "ip4 multicast destination (not routed)"),
     # ip6-input
     Counter("ip6-too-short", "ip6-input", "drop", "ip6 packet shorter than 40 bytes"),
     Counter("ip6-bad-version", "ip6-input", "drop", "ip6 version field is not 6"),
     Counter("ip6-bad-length", "ip6-input", "drop", "ip6 payload length larger than the frame"),
-    Counter("ip6-bad-ext-header", "ip6-input", "drop",
-            "ip6 extension header chain truncated or malformed"),
+    Counter(
+        "ip6-bad-ext-header",
+        "ip6-input",
+        "drop",
+        "ip6 extension header chain truncated or malformed",
+    ),
     Counter("ip6-bad-source", "ip6-input", "drop", "ip6 source multicast, unspecified or loopback"),
-    Counter("ip6-link-local", "ip6-input", "drop", "ip6 link-local source or destination not forwarded"),
-    Counter("ip6-dst-multicast", "ip6-input", "drop", "ip6 multicast destination we do not listen to"),
+    Counter(
+        "ip6-link-local", "ip6-input", "drop", "ip6 link-local source or destination not forwarded"
+    ),
+    Counter(
+        "ip6-dst-multicast", "ip6-input", "drop", "ip6 multicast destination we do not listen to"
+    ),
     # lookup
-    Counter("fib-lookups", "ip4-lookup", "event", "FIB lookups (ip4 and ip6), one per routed packet"),
+    Counter(
+        "fib-lookups", "ip4-lookup", "event", "FIB lookups (ip4 and ip6), one per routed packet"
+    ),
     Counter("no-route", "ip4-lookup", "drop", "no route to the destination"),
-    Counter("fib-table-missing", "ip4-lookup", "drop", "packet bound to a FIB table that has no routes"),
+    Counter(
+        "fib-table-missing", "ip4-lookup", "drop", "packet bound to a FIB table that has no routes"
+    ),
     Counter("blackhole", "ip4-lookup", "drop", "route points to a drop adjacency"),
     # local delivery
     Counter("echo-reply-sent", "ip4-local", "event", "ICMP/ICMPv6 echo request to us answered"),
@@ -61,26 +87,55 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("nd-punt", "ip6-local", "event", "neighbour discovery handed to the control plane"),
     # rewrite / output
     Counter("ttl-expired", "ip4-rewrite", "drop", "ip4 ttl or ip6 hop limit <= 1 when forwarding"),
-    Counter("mtu-exceeded", "ip4-rewrite", "drop", "packet larger than the egress MTU and DF set (ip6: always)"),
-    Counter("neighbor-incomplete", "ip4-rewrite", "drop", "next hop has no resolved neighbour (MAC) yet"),
+    Counter(
+        "mtu-exceeded",
+        "ip4-rewrite",
+        "drop",
+        "packet larger than the egress MTU and DF set (ip6: always)",
+    ),
+    Counter(
+        "neighbor-incomplete", "ip4-rewrite", "drop", "next hop has no resolved neighbour (MAC) yet"
+    ),
     Counter("ip4-forwarded", "ip4-rewrite", "event", "ip4 packets forwarded"),
     Counter("ip6-forwarded", "ip6-rewrite", "event", "ip6 packets forwarded"),
     # fragmentation
     Counter("fragments-created", "ip4-frag", "event", "ip4 fragments created"),
     Counter("frag-no-buffer", "ip4-frag", "drop", "no free batch slot to hold a fragment"),
-    Counter("frag-options-too-long", "ip4-frag", "drop", "ip4 header too long to fragment into the MTU"),
+    Counter(
+        "frag-options-too-long", "ip4-frag", "drop", "ip4 header too long to fragment into the MTU"
+    ),
     # neighbour requests
-    Counter("arp-request-sent", "neighbor-request", "event", "ARP request sent for an unresolved next hop"),
-    Counter("ns-sent", "neighbor-request", "event", "neighbour solicitation sent for an unresolved next hop"),
-    Counter("neighbor-request-limited", "neighbor-request", "event",
-            "ARP/NS not sent: one per neighbour per second"),
+    Counter(
+        "arp-request-sent",
+        "neighbor-request",
+        "event",
+        "ARP request sent for an unresolved next hop",
+    ),
+    Counter(
+        "ns-sent",
+        "neighbor-request",
+        "event",
+        "neighbour solicitation sent for an unresolved next hop",
+    ),
+    Counter(
+        "neighbor-request-limited",
+        "neighbor-request",
+        "event",
+        "ARP/NS not sent: one per neighbour per second",
+    ),
     Counter("request-no-buffer", "neighbor-request", "event", "no free batch slot for an ARP/NS"),
     # icmp errors
     Counter("icmp-error-sent", "icmp-error", "event", "ICMP/ICMPv6 error sent"),
-    Counter("icmp-error-suppressed", "icmp-error", "event",
-            "no ICMP error: original was an ICMP error, a non-first fragment, multicast or from an invalid source"),
+    Counter(
+        "icmp-error-suppressed",
+        "icmp-error",
+        "event",
+        "no ICMP error: original was an ICMP error, a non-first fragment, multicast or from an invalid source",
+    ),
     Counter("icmp-rate-limited", "icmp-error", "event", "no ICMP error: token bucket empty"),
-    Counter("icmp-error-no-route", "icmp-error", "event", "no ICMP error: no route back to the source"),
+    Counter(
+        "icmp-error-no-route", "icmp-error", "event", "no ICMP error: no route back to the source"
+    ),
     # generic
     Counter("punt", "punt", "event", "packet handed to the control plane"),
 )
@@ -150,3 +205,24 @@ C_ICMP_ERROR_SUPPRESSED = _c("icmp-error-suppressed")
 C_ICMP_RATE_LIMITED = _c("icmp-rate-limited")
 C_ICMP_ERROR_NO_ROUTE = _c("icmp-error-no-route")
 C_PUNT = _c("punt")
+
+
+def markdown() -> str:
+    """docs/counters.md, generated from this registry (a test keeps the file in step)."""
+    lines = [
+        "# Counters",
+        "",
+        "Every drop reason and data-path event, generated from `src/vecroute/graph/counters.py`",
+        "(`python -m vecroute.graph.counters > docs/counters.md`). A packet that dies is counted",
+        "exactly once, under one *drop* counter; *event* counters count things that happened.",
+        "`vecroute replay` prints the non-zero ones; `--stats-json` has them under `errors`.",
+        "",
+        "| counter | node | kind | description |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| `{c.name}` | {c.node} | {c.kind} | {c.description} |" for c in COUNTERS]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

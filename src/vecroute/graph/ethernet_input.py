@@ -7,7 +7,15 @@ from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import ARP_INPUT, IP4_INPUT, IP6_INPUT
 from vecroute.graph.state import I_FIB4, I_FIB6, IFS_RX_BYTES, IFS_RX_PKTS
 from vecroute.packet.batch import (
-    F_IP6, F_L2_MCAST, M_FIB, M_FLAGS, M_L3, M_LEN, M_OFF, M_RX, MAX_FRAME,
+    F_IP6,
+    F_L2_MCAST,
+    M_FIB,
+    M_FLAGS,
+    M_L3,
+    M_LEN,
+    M_OFF,
+    M_RX,
+    MAX_FRAME,
 )
 from vecroute.packet.headers import ETH_HLEN, ETH_P_ARP, ETH_P_IP, ETH_P_IPV6, rd16
 

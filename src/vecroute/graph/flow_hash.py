@@ -7,7 +7,7 @@ are used; ports are left out of non-first fragments (they carry none).
 import numpy as np
 from numba import njit
 
-from vecroute.packet.batch import F_FRAG_NONFIRST, M_FLAGS, M_L4, M_LEN, M_OFF, M_PROTO, M_L3
+from vecroute.packet.batch import F_FRAG_NONFIRST, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO
 from vecroute.packet.headers import PROTO_TCP, PROTO_UDP, rd32
 
 _M1 = np.uint64(0xFF51AFD7ED558CCD)

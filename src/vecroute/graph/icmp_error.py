@@ -19,17 +19,49 @@ from vecroute.graph.ip4_input import is_martian4
 from vecroute.graph.lookup import resolve4, resolve6
 from vecroute.graph.node_ids import ERROR_DROP, IP4_REWRITE, IP6_REWRITE
 from vecroute.graph.state import (
-    A_IF, A_TYPE, ADJ_LOCAL, I_IP4, IF6_GLOBAL, IF6_LL, IFS_DROPS, TB_BURST, TB_CREDIT,
-    TB_IP_ID, TB_LAST, TB_RATE,
+    A_IF,
+    A_TYPE,
+    ADJ_LOCAL,
+    I_IP4,
+    IF6_GLOBAL,
+    IF6_LL,
+    IFS_DROPS,
+    TB_BURST,
+    TB_CREDIT,
+    TB_IP_ID,
+    TB_LAST,
+    TB_RATE,
 )
 from vecroute.packet.batch import (
-    F_FRAG_NONFIRST, F_ICMP_ERROR, F_L2_MCAST, F_LOCAL_ORIGIN, M_ADJ, M_AUX, M_AUX2,
-    M_ERR, M_FIB, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO, M_RX,
+    F_FRAG_NONFIRST,
+    F_ICMP_ERROR,
+    F_L2_MCAST,
+    F_LOCAL_ORIGIN,
+    M_ADJ,
+    M_AUX,
+    M_AUX2,
+    M_ERR,
+    M_FIB,
+    M_FLAGS,
+    M_L3,
+    M_L4,
+    M_LEN,
+    M_OFF,
+    M_PROTO,
+    M_RX,
 )
 from vecroute.packet.checksum import checksum, pseudo_header6
 from vecroute.packet.headers import (
-    ICMP6_PACKET_TOO_BIG, ICMP6_PARAM_PROBLEM, IP4_HLEN, IP6_HLEN, PROTO_ICMP, PROTO_ICMPV6,
-    rd32, rd64, wr16, wr32,
+    ICMP6_PACKET_TOO_BIG,
+    ICMP6_PARAM_PROBLEM,
+    IP4_HLEN,
+    IP6_HLEN,
+    PROTO_ICMP,
+    PROTO_ICMPV6,
+    rd32,
+    rd64,
+    wr16,
+    wr32,
 )
 
 ICMP4_MAX_LEN = 576  # RFC 1812 4.3.2.3
@@ -79,8 +111,11 @@ def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         l3 = meta[M_L3, i]
         src = rd32(buf, l3 + 12)
         dst = rd32(buf, l3 + 16)
-        if (flags & (F_ICMP_ERROR | F_FRAG_NONFIRST | F_L2_MCAST | F_LOCAL_ORIGIN)
-                or (dst >> np.uint32(28)) >= 14 or is_martian4(src)):
+        if (
+            flags & (F_ICMP_ERROR | F_FRAG_NONFIRST | F_L2_MCAST | F_LOCAL_ORIGIN)
+            or (dst >> np.uint32(28)) >= 14
+            or is_martian4(src)
+        ):
             _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
             continue
         h = np.uint32(mix64(np.uint64(src)) >> np.uint64(40))
@@ -159,8 +194,11 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         src_hi = rd64(buf, l3 + 8)
         src_lo = rd64(buf, l3 + 16)
         bad_src = buf[l3 + 8] == 0xFF or (src_hi == 0 and (src_lo == 0 or src_lo == 1))
-        if (flags & (F_ICMP_ERROR | F_LOCAL_ORIGIN) or bad_src
-                or (not mcast_ok and (flags & F_L2_MCAST or buf[l3 + 24] == 0xFF))):
+        if (
+            flags & (F_ICMP_ERROR | F_LOCAL_ORIGIN)
+            or bad_src
+            or (not mcast_ok and (flags & F_L2_MCAST or buf[l3 + 24] == 0xFF))
+        ):
             _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
             continue
         h = np.uint32(mix64(src_hi ^ mix64(src_lo)) >> np.uint64(40))
@@ -191,7 +229,9 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         buf[c + 1] = np.uint8(code)
         wr16(buf, c + 2, 0)
         wr32(buf, c + 4, np.uint32(meta[M_AUX2, i]))
-        wr16(buf, c + 2, checksum(buf, c, 8 + quote, pseudo_header6(buf, n, PROTO_ICMPV6, 8 + quote)))
+        wr16(
+            buf, c + 2, checksum(buf, c, 8 + quote, pseudo_header6(buf, n, PROTO_ICMPV6, 8 + quote))
+        )
         meta[M_OFF, i] = n
         meta[M_L3, i] = n
         meta[M_L4, i] = c
@@ -202,5 +242,3 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         meta[M_ERR, i] = -1
         dp.counters[C.C_ICMP_ERROR_SENT] += 1
         enqueue(frames, frame_n, meta, IP6_REWRITE, i)
-
-

@@ -15,8 +15,25 @@ from vecroute.graph.node_ids import FREE, INTERFACE_OUTPUT
 from vecroute.graph.rewrite import apply_rewrite
 from vecroute.graph.state import A_IF, I_MTU
 from vecroute.packet.batch import (
-    F_FRAG, F_FRAG_NONFIRST, F_LOCAL_ORIGIN, HEADROOM, M_ADJ, M_FIB, M_FLAGS, M_HASH, M_L3,
-    M_L4, M_LEN, M_NEXT, M_OFF, M_ORIG, M_PROTO, M_RX, M_SEQ, SLOT, alloc_slot,
+    F_FRAG,
+    F_FRAG_NONFIRST,
+    F_LOCAL_ORIGIN,
+    HEADROOM,
+    M_ADJ,
+    M_FIB,
+    M_FLAGS,
+    M_HASH,
+    M_L3,
+    M_L4,
+    M_LEN,
+    M_NEXT,
+    M_OFF,
+    M_ORIG,
+    M_PROTO,
+    M_RX,
+    M_SEQ,
+    SLOT,
+    alloc_slot,
 )
 from vecroute.packet.checksum import checksum
 from vecroute.packet.headers import IP4_HLEN, rd16, wr16

@@ -5,18 +5,25 @@ header checksum (full sum), martian sources and multicast destinations; records 
 upper-layer offset and fragment flags for later nodes.
 """
 
+import numpy as np
 from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import IP4_LOCAL, IP4_LOOKUP
 from vecroute.packet.batch import (
-    F_FRAG, F_FRAG_NONFIRST, F_ICMP_ERROR, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO,
+    F_FRAG,
+    F_FRAG_NONFIRST,
+    F_ICMP_ERROR,
+    M_FLAGS,
+    M_L3,
+    M_L4,
+    M_LEN,
+    M_OFF,
+    M_PROTO,
 )
 from vecroute.packet.checksum import fold, sum_bytes
 from vecroute.packet.headers import IP4_HLEN, PROTO_ICMP, rd16, rd32
-
-import numpy as np
 
 
 @njit(cache=True, inline="always")

@@ -13,10 +13,26 @@ from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import IP6_LOCAL, IP6_LOOKUP
 from vecroute.graph.state import IF6_LL
 from vecroute.packet.batch import (
-    F_FRAG, F_FRAG_NONFIRST, F_ICMP_ERROR, F_SRC_LINK_LOCAL, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO, M_RX,
+    F_FRAG,
+    F_FRAG_NONFIRST,
+    F_ICMP_ERROR,
+    F_SRC_LINK_LOCAL,
+    M_FLAGS,
+    M_L3,
+    M_L4,
+    M_LEN,
+    M_OFF,
+    M_PROTO,
+    M_RX,
 )
 from vecroute.packet.headers import (
-    IP6_HLEN, PROTO_DSTOPTS, PROTO_FRAGMENT, PROTO_HOPOPT, PROTO_ICMPV6, PROTO_ROUTING, rd16,
+    IP6_HLEN,
+    PROTO_DSTOPTS,
+    PROTO_FRAGMENT,
+    PROTO_HOPOPT,
+    PROTO_ICMPV6,
+    PROTO_ROUTING,
+    rd16,
 )
 
 MAX_EXT_HEADERS = 16

@@ -13,12 +13,28 @@ from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP, PUNT
 from vecroute.graph.state import IF6_LL, IFS_PUNTS
 from vecroute.packet.batch import (
-    F_FRAG, F_LOCAL_ORIGIN, M_ERR, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO, M_RX,
+    F_FRAG,
+    F_LOCAL_ORIGIN,
+    M_ERR,
+    M_FLAGS,
+    M_L3,
+    M_L4,
+    M_LEN,
+    M_OFF,
+    M_PROTO,
+    M_RX,
 )
 from vecroute.packet.checksum import checksum, fold, incremental_update, pseudo_header6, sum_bytes
 from vecroute.packet.headers import (
-    ICMP4_ECHO_REPLY, ICMP4_ECHO_REQUEST, ICMP6_ECHO_REPLY, ICMP6_ECHO_REQUEST,
-    PROTO_ICMP, PROTO_ICMPV6, rd16, rd32, wr16,
+    ICMP4_ECHO_REPLY,
+    ICMP4_ECHO_REQUEST,
+    ICMP6_ECHO_REPLY,
+    ICMP6_ECHO_REQUEST,
+    PROTO_ICMP,
+    PROTO_ICMPV6,
+    rd16,
+    rd32,
+    wr16,
 )
 
 DEFAULT_TTL = 64

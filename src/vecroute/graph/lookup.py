@@ -16,7 +16,12 @@ from vecroute.graph.node_ids import IP4_LOCAL, IP4_REWRITE, IP6_LOCAL, IP6_REWRI
 from vecroute.graph.state import A_TYPE, ADJ_DROP, ADJ_LOCAL, LB_N, LB_START
 from vecroute.packet.batch import F_LOCAL_ORIGIN, M_ADJ, M_FIB, M_FLAGS, M_HASH, M_L3
 from vecroute.packet.headers import (
-    ICMP4_DEST_UNREACH, ICMP4_NET_UNREACH, ICMP6_DEST_UNREACH, ICMP6_NO_ROUTE, rd32, rd64,
+    ICMP4_DEST_UNREACH,
+    ICMP4_NET_UNREACH,
+    ICMP6_DEST_UNREACH,
+    ICMP6_NO_ROUTE,
+    rd32,
+    rd64,
 )
 
 

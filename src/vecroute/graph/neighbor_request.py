@@ -16,12 +16,30 @@ from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import INTERFACE_OUTPUT
 from vecroute.graph.state import A_IF, A_NH4, A_NH6, A_TYPE, ADJ_GLEAN, I_IP4, IF6_LL
 from vecroute.packet.batch import (
-    F_IP6, HEADROOM, M_ADJ, M_FLAGS, M_L3, M_LEN, M_OFF, M_ORIG, M_RX, M_SEQ, M_TX, SLOT,
+    F_IP6,
+    HEADROOM,
+    M_ADJ,
+    M_FLAGS,
+    M_L3,
+    M_LEN,
+    M_OFF,
+    M_ORIG,
+    M_RX,
+    M_SEQ,
+    M_TX,
+    SLOT,
     alloc_slot,
 )
 from vecroute.packet.checksum import checksum, pseudo_header6
 from vecroute.packet.headers import (
-    ETH_P_ARP, ETH_P_IPV6, ICMP6_NEIGHBOR_SOLICIT, PROTO_ICMPV6, rd32, rd64, wr16, wr32,
+    ETH_P_ARP,
+    ETH_P_IPV6,
+    ICMP6_NEIGHBOR_SOLICIT,
+    PROTO_ICMPV6,
+    rd32,
+    rd64,
+    wr16,
+    wr32,
 )
 
 REQUEST_INTERVAL_NS = 1_000_000_000

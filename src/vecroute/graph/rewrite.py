@@ -14,12 +14,24 @@ from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.node_ids import INTERFACE_OUTPUT, IP4_FRAG, NEIGHBOR_REQUEST
 from vecroute.graph.state import A_IF, A_RWLEN, A_TYPE, ADJ_REWRITE, I_MTU
 from vecroute.packet.batch import (
-    F_LOCAL_ORIGIN, F_SRC_LINK_LOCAL, M_ADJ, M_FLAGS, M_L3, M_LEN, M_OFF, M_TX,
+    F_LOCAL_ORIGIN,
+    F_SRC_LINK_LOCAL,
+    M_ADJ,
+    M_FLAGS,
+    M_L3,
+    M_LEN,
+    M_OFF,
+    M_TX,
 )
 from vecroute.packet.checksum import incremental_update
 from vecroute.packet.headers import (
-    ICMP4_DEST_UNREACH, ICMP4_FRAG_NEEDED, ICMP4_TIME_EXCEEDED, ICMP6_PACKET_TOO_BIG,
-    ICMP6_TIME_EXCEEDED, rd16, wr16,
+    ICMP4_DEST_UNREACH,
+    ICMP4_FRAG_NEEDED,
+    ICMP4_TIME_EXCEEDED,
+    ICMP6_PACKET_TOO_BIG,
+    ICMP6_TIME_EXCEEDED,
+    rd16,
+    wr16,
 )
 
 

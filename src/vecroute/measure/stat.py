@@ -43,9 +43,7 @@ _OPTSTRING = "AC:c:d:snw:"
 _LONGOPTS = {"welch": False, "json": False, "png": True}  # name -> takes an argument
 _FGETS_CHUNK = 8191  # ministat reads with fgets(buf, BUFSIZ=8192, f)
 _CSPACE = b" \t\n\v\f\r"  # isspace() in the C locale
-_USAGE_TAIL = (
-    " [-C column] [-c confidence] [-d delimiter(s)] [-Ans] [-w width] [file [file ...]]\n"
-)
+_USAGE_TAIL = " [-C column] [-c confidence] [-d delimiter(s)] [-Ans] [-w width] [file [file ...]]\n"
 
 
 class PlotCrash(ValueError):
@@ -336,7 +334,7 @@ def _vitals(ds: _Dataset, flag: int) -> str:
 
 
 def _relative_text(r: dict[str, Any]) -> str:
-    pct = "%.1f" % r["confidence"]
+    pct = f"{r['confidence']:.1f}"
     if not r["significant"]:
         return f"No difference proven at {pct}% confidence\n"
     return (
@@ -348,7 +346,7 @@ def _relative_text(r: dict[str, Any]) -> str:
 
 
 def _welch_text(r: dict[str, Any]) -> str:
-    pct = "%.1f" % r["confidence"]
+    pct = f"{r['confidence']:.1f}"
     df = _cfmt("%g", r["df"])
     if not r["significant"]:
         return f"No difference proven at {pct}% confidence (Welch's t, df = {df})\n"
@@ -367,6 +365,7 @@ class _Plot:
         self.width = width
         self.height = 0
         self.data = bytearray()
+        self.data_null = True  # pl->data == NULL
         self.bar: list[bytearray | None] | None = None
         self.separate = separate
         self.num = num_datasets
@@ -416,10 +415,15 @@ class _Plot:
         if m > self.height:
             # realloc + memset of the new rows only: rows that a smaller set
             # hid (height shrinks below) are wiped when it grows again.
+            # With width 0 glibc's realloc(p, 0) frees p and returns NULL,
+            # so the writes below crash ministat on the second growth.
+            self.data_null = not self.data_null if w * m == 0 else False
             if len(self.data) < w * m:
                 self.data.extend(bytes(w * m - len(self.data)))
             self.data[self.height * w : m * w] = bytes((m - self.height) * w)
         self.height = m
+        if self.data_null:
+            raise PlotCrash("ministat writes through a NULL plot buffer here")
         i = -1
         for x in xs:
             if x == i:
@@ -782,9 +786,11 @@ def _write_png(path: str, dss: list[_Dataset], ci: int) -> None:
         labels.append(f"{SYMBOLS[k + 1]} {ds.name}")
         if not pts:
             continue
-        ax.boxplot(
-            [pts], positions=[y], vert=False, widths=0.5, showfliers=False, manage_ticks=False
-        )
+        box = {"positions": [y], "widths": 0.5, "showfliers": False, "manage_ticks": False}
+        try:
+            ax.boxplot([pts], orientation="horizontal", **box)
+        except TypeError:  # matplotlib < 3.10
+            ax.boxplot([pts], vert=False, **box)
         jitter = [((i * 0.618034) % 1.0 - 0.5) * 0.3 for i in range(len(pts))]
         ax.scatter(pts, [y + j for j in jitter], s=12, color=colors[k], alpha=0.7, zorder=3)
         avg, sd = ds.avg(), ds.stddev()

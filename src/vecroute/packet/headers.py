@@ -4,8 +4,8 @@ Packets live in one uint8 batch buffer; these helpers read and write network-ord
 at absolute byte offsets so that kernels never build Python objects per packet.
 """
 
-from numba import njit
 import numpy as np
+from numba import njit
 
 ETH_HLEN = 14
 ETH_P_IP = 0x0800

@@ -1,0 +1,47 @@
+# vecroute: `make demo` (the main job) and `make test` (the whole suite) on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba-cache
+
+.PHONY: all install demo test lint warm system-deps bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $@
+
+install: $(STAMP)
+
+# Oracles and peers from Debian: ministat checks `vecroute stat`.
+system-deps:
+	@if ! command -v ministat >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ministat; \
+	fi
+
+# Compile the numba kernels once, before the test workers start (they load the cache).
+warm: $(STAMP)
+	$(BIN)/python -m vecroute.warmup
+
+demo: $(STAMP)
+	$(BIN)/vecroute replay examples/demo.toml \
+		--in eth0=examples/demo-eth0.pcap --in eth1=examples/demo-eth1.pcap \
+		--out-dir demo-out --stats-json demo-out/stats.json
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench examples
+
+test: $(STAMP) system-deps lint warm
+	$(BIN)/pytest -n 2 -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.forwarding
+	$(BIN)/python -m bench.replay_rate
+
+clean:
+	rm -rf $(VENV) .numba-cache demo-out .pytest_cache .ruff_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

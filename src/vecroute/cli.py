@@ -1,0 +1,171 @@
+"""The ``vecroute`` command line: check, replay, stat, bench.
+
+User errors (bad config, bad arguments, unreadable captures) print one line on stderr and
+exit 2; a damaged capture is processed up to the damage and exits 1. No tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from vecroute.control.config import ConfigError, load_config
+
+EXIT_USER = 2
+
+
+def _fail(msg: str, code: int = EXIT_USER) -> None:
+    click.echo(f"vecroute: {msg}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="vecroute")
+def main() -> None:
+    """vecroute: a userspace IPv4/IPv6 vector router and the tools to measure it."""
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+def check(config: str) -> None:
+    """Validate CONFIG: print a summary, or one error line and exit 2."""
+    from vecroute.fib.fib import Fib, RouteError
+
+    try:
+        cfg = load_config(config)
+        fib = Fib.from_config(cfg)
+    except (ConfigError, RouteError) as e:
+        _fail(str(e))
+    n4 = sum(1 for (_, p) in fib.routes if p.version == 4)
+    click.echo(
+        f"{config}: ok: {len(cfg.interfaces)} interfaces, {n4} IPv4 and "
+        f"{len(fib.routes) - n4} IPv6 routes (connected and local included), "
+        f"{len(cfg.neighbors)} neighbors"
+    )
+
+
+def _parse_inputs(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            _fail(f"--in {v!r}: expected IFNAME=FILE, e.g. --in eth0=a.pcap")
+        out.append((name, path))
+    return out
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option(
+    "--in",
+    "inputs",
+    multiple=True,
+    metavar="IFNAME=FILE",
+    help="a pcap/pcapng file received on interface IFNAME (repeatable)",
+)
+@click.option(
+    "--out-dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="where IFNAME.pcap is written for every transmitting interface",
+)
+@click.option("--stats-json", type=click.Path(dir_okay=False), help="write the counters as JSON")
+@click.option(
+    "--vector-size",
+    type=click.IntRange(1, 4096),
+    default=None,
+    help="packets per vector (default: [router] vector_size, 256)",
+)
+@click.option("--quiet", "-q", is_flag=True, help="print only the summary line")
+def replay(
+    config: str,
+    inputs: tuple[str, ...],
+    out_dir: str,
+    stats_json: str | None,
+    vector_size: int | None,
+    quiet: bool,
+) -> None:
+    """Replay captures through the router built from CONFIG."""
+    from vecroute.control.show import errors_view, interfaces_view, runtime_view, table_of
+    from vecroute.fib.fib import RouteError
+    from vecroute.io.pcap import CaptureError
+    from vecroute.io.replay import Replayer, ReplayError
+
+    pairs = _parse_inputs(inputs)
+    try:
+        cfg = load_config(config)
+        rp = Replayer(cfg, vector_size)
+        res = rp.run(pairs, out_dir)
+    except (ConfigError, RouteError, ReplayError, CaptureError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"{e.filename or ''}: {e.strerror}")
+    st = rp.graph.state
+    views = {
+        "interfaces": interfaces_view(rp.fib, st),
+        "errors": errors_view(st),
+        "runtime": runtime_view(st),
+    }
+    summary = {
+        "packets_in": res.packets_in,
+        "packets_out": res.packets_out,
+        "seconds": round(res.seconds, 6),
+        "mpps": round(res.packets_in / res.seconds / 1e6, 3) if res.seconds else 0.0,
+        "outputs": res.outputs,
+        "capture_errors": res.capture_errors,
+    }
+    con = Console(width=max(Console().width, 110))
+    if not quiet:
+        con.print(
+            table_of(
+                "Interfaces",
+                views["interfaces"],
+                ["name", "rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "drops", "punts"],
+            )
+        )
+        con.print()
+        con.print(
+            table_of(
+                "Counters (drop reasons and events)",
+                views["errors"],
+                ["counter", "node", "kind", "count", "description"],
+            )
+        )
+        con.print()
+        con.print(table_of("Runtime", views["runtime"]))
+        con.print()
+    click.echo(
+        f"replayed {res.packets_in} packets in {res.seconds:.3f} s "
+        f"({summary['mpps']} Mpps), wrote {res.packets_out} packets to "
+        f"{', '.join(res.outputs.values()) or 'no file'}"
+    )
+    if stats_json:
+        Path(stats_json).write_text(json.dumps({"summary": summary, **views}, indent=2) + "\n")
+    for err in res.capture_errors:
+        click.echo(f"vecroute: {err}", err=True)
+    if res.capture_errors:
+        sys.exit(1)
+
+
+@main.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "help_option_names": [],
+    }
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def stat(args: tuple[str, ...]) -> None:
+    """A byte-exact ministat: vecroute stat [-An] [-C column] [-c confidence]
+    [-d delimiters] [-s] [-w width] [--welch] [--json] [--png FILE] [file ...]"""
+    from vecroute.measure.stat import main as stat_main
+
+    sys.exit(stat_main(list(args)))
+
+
+if __name__ == "__main__":
+    main()
