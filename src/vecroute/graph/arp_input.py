@@ -9,13 +9,14 @@ from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.local import punt
 from vecroute.graph.lookup import resolve4
 from vecroute.graph.node_ids import INTERFACE_OUTPUT
-from vecroute.graph.state import A_TYPE, ADJ_LOCAL
-from vecroute.packet.batch import M_FIB, M_L3, M_LEN, M_OFF, M_RX, M_TX
+from vecroute.graph.state import A_TYPE, ADJ_LOCAL, OPT_LIVE
+from vecroute.packet.batch import M_FIB, M_L3, M_LEN, M_OFF, M_ORIG, M_RX, M_TX, alloc_slot
 from vecroute.packet.headers import ARP_LEN, rd16, rd32, wr16
 
 
 @njit(cache=True)
-def arp_input(work, k, buf, meta, frames, frame_n, dp) -> None:
+def arp_input(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
+    live = dp.opts[OPT_LIVE] != 0
     for j in range(k):
         i = work[j]
         o = meta[M_OFF, i]
@@ -35,6 +36,15 @@ def arp_input(work, k, buf, meta, frames, frame_n, dp) -> None:
             drop(frames, frame_n, meta, i, C.C_ARP_NOT_FOR_US)
             continue
         rx = meta[M_RX, i]
+        if live:  # the control plane learns the requester from a copy (RFC 826 merge)
+            s = alloc_slot(meta, nalloc, meta[M_ORIG, i], rx)
+            if s >= 0:
+                n = meta[M_LEN, i]
+                for b in range(n):
+                    buf[meta[M_OFF, s] + b] = buf[o + b]
+                meta[M_LEN, s] = n
+                meta[M_L3, s] = meta[M_OFF, s] + (l3 - o)
+                punt(frames, frame_n, meta, dp, s, C.C_ARP_PUNT)
         wr16(buf, l3 + 6, 2)
         for b in range(6):
             sha = buf[l3 + 8 + b]

@@ -124,13 +124,20 @@ COUNTERS: tuple[Counter, ...] = (
         "ARP/NS not sent: one per neighbour per second",
     ),
     Counter("request-no-buffer", "neighbor-request", "event", "no free batch slot for an ARP/NS"),
+    Counter(
+        "neighbor-queued",
+        "neighbor-request",
+        "event",
+        "packet handed to the control plane to wait for its next hop's MAC (live mode)",
+    ),
     # icmp errors
     Counter("icmp-error-sent", "icmp-error", "event", "ICMP/ICMPv6 error sent"),
     Counter(
         "icmp-error-suppressed",
         "icmp-error",
         "event",
-        "no ICMP error: original was an ICMP error, a non-first fragment, multicast or from an invalid source",
+        "no ICMP error: original was an ICMP error, a non-first fragment, multicast"
+        " or from an invalid source",
     ),
     Counter("icmp-rate-limited", "icmp-error", "event", "no ICMP error: token bucket empty"),
     Counter(
@@ -200,6 +207,7 @@ C_ARP_REQUEST_SENT = _c("arp-request-sent")
 C_NS_SENT = _c("ns-sent")
 C_NEIGHBOR_REQUEST_LIMITED = _c("neighbor-request-limited")
 C_REQUEST_NO_BUFFER = _c("request-no-buffer")
+C_NEIGHBOR_QUEUED = _c("neighbor-queued")
 C_ICMP_ERROR_SENT = _c("icmp-error-sent")
 C_ICMP_ERROR_SUPPRESSED = _c("icmp-error-suppressed")
 C_ICMP_RATE_LIMITED = _c("icmp-rate-limited")

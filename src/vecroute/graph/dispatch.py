@@ -23,7 +23,7 @@ from vecroute.graph.neighbor_request import neighbor_request
 from vecroute.graph.output import error_drop, interface_output, punt_node
 from vecroute.graph.rewrite import ip4_rewrite, ip6_rewrite
 from vecroute.graph.state import DP, NS_CALLS, NS_CLOCKS, NS_PACKETS, DataPlaneState
-from vecroute.packet.batch import PacketBatch
+from vecroute.packet.batch import M_NEXT, PacketBatch
 
 
 @njit(cache=True)
@@ -31,15 +31,17 @@ def run_graph(
     n, now, buf, meta, ts, nalloc, frames, frame_n, work, txl, txn,
     ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
     lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
+    opts,
 ) -> None:
     dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
-            node_stats)
+            node_stats, opts)
     frame_n[:] = 0
     txn[0] = 0
-    for i in range(n):
-        frames[N.ETHERNET_INPUT, i] = i
-    frame_n[N.ETHERNET_INPUT] = n
+    for i in range(n):  # usually ethernet-input; re-injected packets enter at a lookup
+        first = meta[M_NEXT, i]
+        frames[first, frame_n[first]] = i
+        frame_n[first] += 1
     busy = True
     while busy:
         busy = False
@@ -55,7 +57,7 @@ def run_graph(
             if node == N.ETHERNET_INPUT:
                 ethernet_input(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.ARP_INPUT:
-                arp_input(work, k, buf, meta, frames, frame_n, dp)
+                arp_input(work, k, buf, meta, frames, frame_n, dp, nalloc)
             elif node == N.IP4_INPUT:
                 ip4_input(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.IP6_INPUT:
@@ -111,6 +113,7 @@ class Graph:
         state.node_stats = old.node_stats
         state.icmp_tb = old.icmp_tb
         state.glean = old.glean
+        state.opts = old.opts
         if state.if_stats.shape == old.if_stats.shape:
             state.if_stats = old.if_stats
         self.state = state

@@ -13,8 +13,9 @@ from numba import njit
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import mix64
 from vecroute.graph.frames import drop, enqueue
+from vecroute.graph.local import punt
 from vecroute.graph.node_ids import INTERFACE_OUTPUT
-from vecroute.graph.state import A_IF, A_NH4, A_NH6, A_TYPE, ADJ_GLEAN, I_IP4, IF6_LL
+from vecroute.graph.state import A_IF, A_NH4, A_NH6, A_TYPE, ADJ_GLEAN, I_IP4, IF6_LL, OPT_LIVE
 from vecroute.packet.batch import (
     F_IP6,
     HEADROOM,
@@ -130,8 +131,12 @@ def build_ns(buf, o, mac, src_ll, target_hi, target_lo) -> None:
 
 @njit(cache=True)
 def neighbor_request(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
+    live = dp.opts[OPT_LIVE] != 0
     for j in range(k):
         i = work[j]
+        if live:  # the control plane queues it, asks, and re-injects it when answered
+            punt(frames, frame_n, meta, dp, i, C.C_NEIGHBOR_QUEUED)
+            continue
         a = meta[M_ADJ, i]
         ifx = dp.adj[a, A_IF]
         glean = dp.adj[a, A_TYPE] == ADJ_GLEAN

@@ -71,13 +71,18 @@ TB_COLS = 5
 
 GLEAN_SLOTS = 4096
 
+# data-path options (opts int64 [OPT_COLS])
+OPT_LIVE = 0  # 1: a live control plane runs: punt unresolved-neighbour packets to its queue
+              # and punt a copy of ARP requests it answers (so it learns the requester)
+OPT_COLS = 4
+
 DP = namedtuple(
     "DP",
     [
         "ifc", "if_mac", "if_ip6",
         "fib4_roots", "fib4_groups", "fib6_roots", "fib6_groups",
         "lb", "lb_buckets", "adj", "adj_rw", "adj_last_req", "glean",
-        "icmp_tb", "counters", "if_stats", "node_stats",
+        "icmp_tb", "counters", "if_stats", "node_stats", "opts",
     ],
 )
 
@@ -105,6 +110,7 @@ class DataPlaneState:
     if_stats: np.ndarray | None = None
     node_stats: np.ndarray = field(
         default_factory=lambda: np.zeros((N_NODES, NS_COLS), dtype=np.int64))
+    opts: np.ndarray = field(default_factory=lambda: np.zeros(OPT_COLS, dtype=np.int64))
 
     def __post_init__(self) -> None:
         if self.if_stats is None:
