@@ -11,8 +11,10 @@ checked field by field; the checksum helpers below recompute checksums with scap
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +30,31 @@ from vecroute.graph.dispatch import Graph
 from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX, FREE
 from vecroute.graph.state import icmp_bucket
 from vecroute.packet.batch import M_NEXT, M_ORIG, M_SEQ, M_TX, PacketBatch
+
+# --- numba cache hygiene -----------------------------------------------------------------------
+
+
+def pytest_configure(config) -> None:
+    """Drop numba cache indexes older than the newest compiled source.
+
+    numba's on-disk cache is keyed on the source file of the cached function only: when a
+    node module (or counters.py, whose ids are compile-time constants) changes, the cached
+    ``run_graph`` in dispatch.py still holds the old code inlined and silently runs it. Run
+    once in the controlling process (not in xdist workers) before anything compiles."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import vecroute
+
+    root = Path(list(vecroute.__path__)[0])
+    srcs = [p for d in ("graph", "packet", "fib", "io") for p in (root / d).glob("*.py")]
+    newest = max(p.stat().st_mtime for p in srcs)
+    for nbi in root.rglob("__pycache__/*.nbi"):
+        try:
+            if nbi.stat().st_mtime < newest:
+                nbi.unlink()
+        except OSError:
+            pass
+
 
 # --- the standard test network (documentation prefixes only) -------------------------------
 

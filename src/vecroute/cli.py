@@ -151,6 +151,80 @@ def replay(
         sys.exit(1)
 
 
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def run(config: str, log_level: str) -> None:
+    """Run the router on the Linux interfaces named in CONFIG (foreground, as root).
+
+    SIGINT/SIGTERM stop it cleanly; SIGHUP reloads CONFIG and swaps the new forwarding
+    state in atomically (learnt neighbours are kept)."""
+    import logging
+
+    from vecroute.control.router import LiveRouter, StartupError
+
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        cfg = load_config(config)
+        router = LiveRouter(cfg)
+    except (ConfigError, StartupError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"cannot start: {e}")
+    router.run()
+
+
+@main.command()
+@click.option(
+    "--socket",
+    "sock",
+    default=None,
+    metavar="PATH",
+    help="control socket (default: from -c CONFIG, else /run/vecroute/vecroute.sock)",
+)
+@click.option(
+    "-c",
+    "--config",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="read the control socket path from this config",
+)
+@click.option("--json", "as_json", is_flag=True, help="print the reply as JSON")
+@click.argument("words", nargs=-1, required=True)
+def ctl(sock: str | None, config: str | None, as_json: bool, words: tuple[str, ...]) -> None:
+    """Control a running router: show interfaces|routes [PREFIX]|neighbors|runtime|errors,
+    route add|del PREFIX [via NH]... [dev IF] [table N], neighbor add|del IP [lladdr MAC]
+    dev IF, clear counters."""
+    from vecroute.control.server import request
+
+    path = sock
+    if path is None and config:
+        try:
+            path = load_config(config).control.socket
+        except ConfigError as e:
+            _fail(str(e))
+    path = path or "/run/vecroute/vecroute.sock"
+    try:
+        reply = request(path, list(words))
+    except (OSError, ValueError) as e:
+        _fail(f"cannot reach the router at {path}: {e}")
+    if not reply.get("ok"):
+        _fail(reply.get("error", "unknown error"), 1)
+    if as_json:
+        click.echo(json.dumps(reply.get("data"), indent=2))
+    else:
+        click.echo(reply.get("text", ""), nl=False)
+
+
 @main.command(
     context_settings={
         "ignore_unknown_options": True,

@@ -52,7 +52,9 @@ def parse_arp(frame: bytes) -> Arp | None:
     return Arp(op, sha, ipaddress.IPv4Address(spa), tha, ipaddress.IPv4Address(tpa))
 
 
-def build_arp(op: int, src_mac: bytes, spa, dst_mac: bytes, tpa, eth_dst: bytes | None = None) -> bytes:
+def build_arp(
+    op: int, src_mac: bytes, spa, dst_mac: bytes, tpa, eth_dst: bytes | None = None
+) -> bytes:
     """An ARP request (op 1, tha zero, broadcast unless eth_dst) or reply (op 2)."""
     eth = (eth_dst or (BROADCAST if op == 1 else dst_mac)) + src_mac + struct.pack("!H", ETH_P_ARP)
     tha = b"\0" * 6 if op == 1 else dst_mac

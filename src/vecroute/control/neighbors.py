@@ -23,7 +23,13 @@ from vecroute.fib.fib import Fib
 log = logging.getLogger("vecroute.neighbors")
 
 INCOMPLETE, REACHABLE, STALE, PROBE, FAILED, PERMANENT = (
-    "incomplete", "reachable", "stale", "probe", "failed", "permanent")
+    "incomplete",
+    "reachable",
+    "stale",
+    "probe",
+    "failed",
+    "permanent",
+)
 
 NANO = 1_000_000_000
 
@@ -66,8 +72,13 @@ class NeighborStats:
 class NeighborTable:
     """ARP and NDP state for every interface of one router."""
 
-    def __init__(self, fib: Fib, send: Callable[[int, bytes], None],
-                 reinject: Callable[[list[tuple]], None], timers: Timers | None = None) -> None:
+    def __init__(
+        self,
+        fib: Fib,
+        send: Callable[[int, bytes], None],
+        reinject: Callable[[list[tuple]], None],
+        timers: Timers | None = None,
+    ) -> None:
         self.fib = fib
         self.send = send  # (ifx, frame)
         self.reinject = reinject  # [(ifx, family, l3 bytes, fib_index, flags)]
@@ -102,8 +113,12 @@ class NeighborTable:
         if n.mac != mac:
             if n.mac is not None:
                 self.stats.mac_changes += 1
-                log.info("neighbor %s on %s changed to %s", n.ip,
-                         self.fib.interfaces[n.ifx].name, format_mac(mac))
+                log.info(
+                    "neighbor %s on %s changed to %s",
+                    n.ip,
+                    self.fib.interfaces[n.ifx].name,
+                    format_mac(mac),
+                )
             else:
                 self.stats.learnt += 1
             n.mac = mac
@@ -115,8 +130,17 @@ class NeighborTable:
             n.pending.clear()
             self.reinject(pkts)
 
-    def learn(self, ifx: int, ip, mac: bytes, now: int, *, create: bool, confirmed: bool,
-              override: bool = True) -> None:
+    def learn(
+        self,
+        ifx: int,
+        ip,
+        mac: bytes,
+        now: int,
+        *,
+        create: bool,
+        confirmed: bool,
+        override: bool = True,
+    ) -> None:
         n = self.entries.get((ifx, ip))
         if n is None:
             if not create:
@@ -128,8 +152,11 @@ class NeighborTable:
             if n.state == REACHABLE:
                 n.state, n.changed = STALE, now  # RFC 4861 7.2.5: keep the old address
             return
-        state = REACHABLE if confirmed else (STALE if n.mac != mac or n.state in (INCOMPLETE, FAILED)
-                                             else n.state)
+        state = (
+            REACHABLE
+            if confirmed
+            else (STALE if n.mac != mac or n.state in (INCOMPLETE, FAILED) else n.state)
+        )
         self._set_mac(n, mac, state, now)
 
     def handle_arp(self, ifx: int, frame: bytes, now: int) -> None:
@@ -142,8 +169,14 @@ class NeighborTable:
             return
         for_us = self._ours(ifx, a.tpa)
         # RFC 826 merge: update an existing entry; create one if the request was for us
-        self.learn(ifx, a.spa, a.sha, now, create=for_us and not a.gratuitous,
-                   confirmed=a.op == 2 and for_us)
+        self.learn(
+            ifx,
+            a.spa,
+            a.sha,
+            now,
+            create=for_us and not a.gratuitous,
+            confirmed=a.op == 2 and for_us,
+        )
 
     def handle_nd(self, ifx: int, frame: bytes, now: int) -> None:
         nd = P.parse_nd(frame)
@@ -156,8 +189,11 @@ class NeighborTable:
                 self.stats.ignored += 1
                 return
             if nd.src.is_unspecified:  # DAD: answer to all-nodes, not solicited
-                dst, dmac, flags = ipaddress.IPv6Address("ff02::1"), P.multicast_mac(
-                    ipaddress.IPv6Address("ff02::1")), P.NA_ROUTER | P.NA_OVERRIDE
+                dst, dmac, flags = (
+                    ipaddress.IPv6Address("ff02::1"),
+                    P.multicast_mac(ipaddress.IPv6Address("ff02::1")),
+                    P.NA_ROUTER | P.NA_OVERRIDE,
+                )
             else:
                 if nd.lladdr:
                     self.learn(ifx, nd.src, nd.lladdr, now, create=True, confirmed=False)
@@ -167,9 +203,15 @@ class NeighborTable:
             self.stats.replies_sent += 1
         elif nd.type == P.ND_NA and nd.target is not None:
             mac = nd.lladdr or nd.eth_src
-            self.learn(ifx, nd.target, mac, now, create=False,
-                       confirmed=bool(nd.flags & P.NA_SOLICITED),
-                       override=bool(nd.flags & P.NA_OVERRIDE))
+            self.learn(
+                ifx,
+                nd.target,
+                mac,
+                now,
+                create=False,
+                confirmed=bool(nd.flags & P.NA_SOLICITED),
+                override=bool(nd.flags & P.NA_OVERRIDE),
+            )
         else:
             self.stats.ignored += 1  # RS/RA/redirect: we advertise nothing yet
 
@@ -179,8 +221,9 @@ class NeighborTable:
         itf = self.fib.interfaces[n.ifx]
         src = self._source_for(n.ifx, n.ip)
         if n.ip.version == 4:
-            frame = P.build_arp(1, itf.mac, src, b"", n.ip,
-                                eth_dst=n.mac if unicast and n.mac else None)
+            frame = P.build_arp(
+                1, itf.mac, src, b"", n.ip, eth_dst=n.mac if unicast and n.mac else None
+            )
         else:
             frame = P.build_ns(itf.mac, src, n.ip, n.mac if unicast and n.mac else None)
         self.send(n.ifx, frame)
@@ -262,8 +305,13 @@ class NeighborTable:
         return True
 
     def rows(self) -> list[dict]:
-        return [{"interface": self.fib.interfaces[n.ifx].name, "ip": str(n.ip),
-                 "mac": format_mac(n.mac) if n.mac else "", "state": n.state,
-                 "queued": len(n.pending)}
-                for n in sorted(self.entries.values(), key=lambda n: (n.ifx, n.ip.version,
-                                                                      int(n.ip)))]
+        return [
+            {
+                "interface": self.fib.interfaces[n.ifx].name,
+                "ip": str(n.ip),
+                "mac": format_mac(n.mac) if n.mac else "",
+                "state": n.state,
+                "queued": len(n.pending),
+            }
+            for n in sorted(self.entries.values(), key=lambda n: (n.ifx, n.ip.version, int(n.ip)))
+        ]

@@ -314,7 +314,7 @@ def _update(roots, groups, free, state, t, hi, lo, d, new_e, is_delete):
     k = level
     while k >= 1:
         g = gl[k]
-        if not _collapsible(groups, g, k) or k == 1:
+        if not _collapsible(groups, g, k):
             break
         e0 = groups[g, 0]
         if k == 1:

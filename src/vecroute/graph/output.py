@@ -41,5 +41,9 @@ def error_drop(work, k, meta, dp) -> None:
 @njit(cache=True)
 def punt_node(work, k, meta, dp) -> None:
     for j in range(k):
-        meta[M_NEXT, work[j]] = DONE_PUNT
+        i = work[j]
+        e = meta[M_ERR, i]
+        if e >= 0:
+            dp.counters[e] += 1  # why it was punted (arp-punt, nd-punt, neighbor-queued)
+        meta[M_NEXT, i] = DONE_PUNT
     dp.counters[C.C_PUNT] += k

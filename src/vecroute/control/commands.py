@@ -1,0 +1,246 @@
+"""`vecroute ctl` commands: parse the words, apply them to a router, render the answer.
+
+The grammar follows vppctl / iproute2 (`show routes 203.0.113.0/24`, `route add PREFIX via
+NH [via NH …] [dev IF] [table N]`, `neighbor add IP lladdr MAC dev IF`). A malformed command
+raises CommandError with one line naming the word that is wrong; nothing is changed then.
+Every command returns data (the ``--json`` form) and text built from it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass
+from io import StringIO
+from typing import Any, Protocol
+
+from rich.console import Console
+
+from vecroute.control.config import ConfigError, parse_mac
+from vecroute.control.show import errors_view, interfaces_view, routes_view, runtime_view, table_of
+from vecroute.fib.fib import Fib, RouteError
+
+
+class CommandError(ValueError):
+    """A malformed or impossible ctl command (one line)."""
+
+
+class RouterControl(Protocol):
+    """What the commands need from a running router."""
+
+    fib: Fib
+
+    def stats(self):  # -> DataPlaneState with counters summed over workers
+        ...
+
+    def neighbor_rows(self) -> list[dict]: ...
+
+    def add_neighbor(self, ip, mac: bytes, ifname: str) -> None: ...
+
+    def del_neighbor(self, ip, ifname: str) -> bool: ...
+
+    def commit(self) -> None:  # push FIB changes to the data path (atomic swap)
+        ...
+
+    def clear_counters(self) -> None: ...
+
+
+@dataclass
+class Reply:
+    data: Any
+    text: str
+
+
+def _render(title: str, rows: list[dict], columns: list[str] | None = None) -> str:
+    buf = StringIO()
+    Console(file=buf, width=120, color_system=None).print(table_of(title, rows, columns))
+    return buf.getvalue()
+
+
+def _words(argv: list[str], n: int, what: str) -> str:
+    if len(argv) <= n:
+        raise CommandError(f"missing {what}")
+    return argv[n]
+
+
+def _prefix(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise CommandError(f"{text!r} is not a prefix like 203.0.113.0/24") from None
+
+
+def _address(text: str):
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        raise CommandError(f"{text!r} is not an IPv4 or IPv6 address") from None
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise CommandError(f"{what} {text!r} is not a number") from None
+    if v < 0:
+        raise CommandError(f"{what} {text!r} is negative")
+    return v
+
+
+def _show(r: RouterControl, argv: list[str]) -> Reply:
+    what = _words(argv, 1, "what to show: interfaces | routes | neighbors | runtime | errors")
+    st = r.stats()
+    if what in ("interfaces", "int", "interface"):
+        rows = interfaces_view(r.fib, st)
+        return Reply(
+            rows,
+            _render(
+                "Interfaces",
+                rows,
+                ["name", "mac", "mtu", "addresses", "rx_packets", "tx_packets", "drops", "punts"],
+            ),
+        )
+    if what in ("routes", "route", "ip"):
+        rest = argv[2:]
+        table = None
+        prefix = None
+        while rest:
+            if rest[0] == "table" and len(rest) > 1:
+                table, rest = _int(rest[1], "table"), rest[2:]
+            elif prefix is None:
+                prefix, rest = rest[0], rest[1:]
+                _address(prefix) if "/" not in prefix else _prefix(prefix)
+            else:
+                raise CommandError(f"unexpected word {rest[0]!r}")
+        rows = routes_view(r.fib, prefix)
+        if table is not None:
+            rows = [x for x in rows if x["table"] == table]
+        return Reply(rows, _render("Routes", rows, ["table", "prefix", "kind", "paths"]))
+    if what in ("neighbors", "neighbours", "neighbor", "neigh", "arp"):
+        rows = r.neighbor_rows()
+        return Reply(rows, _render("Neighbors", rows))
+    if what == "runtime":
+        rows = runtime_view(st)
+        return Reply(rows, _render("Runtime", rows))
+    if what in ("errors", "counters"):
+        rows = errors_view(st, all_counters=len(argv) > 2 and argv[2] == "all")
+        return Reply(
+            rows, _render("Counters", rows, ["counter", "node", "kind", "count", "description"])
+        )
+    raise CommandError(
+        f"show {what!r}: expected interfaces | routes | neighbors | runtime | errors"
+    )
+
+
+def _route(r: RouterControl, argv: list[str]) -> Reply:
+    op = _words(argv, 1, "add | del")
+    prefix = _prefix(_words(argv, 2, "prefix"))
+    via, dev, table, weights, blackhole = [], None, 0, [], False
+    rest = argv[3:]
+    while rest:
+        w = rest[0]
+        if w == "blackhole":
+            blackhole, rest = True, rest[1:]
+            continue
+        if len(rest) < 2:
+            raise CommandError(
+                f"{w!r} needs a value"
+                if w in ("via", "dev", "table", "weight")
+                else f"unexpected word {w!r}"
+            )
+        if w == "via":
+            via.append(_address(rest[1]))
+        elif w == "dev":
+            dev = rest[1]
+        elif w == "table":
+            table = _int(rest[1], "table")
+        elif w == "weight":
+            weights.append(_int(rest[1], "weight"))
+        else:
+            raise CommandError(f"unexpected word {w!r} (expected via, dev, table, weight)")
+        rest = rest[2:]
+    try:
+        if op == "add":
+            if weights and len(weights) != len(via):
+                raise CommandError("give one weight per via")
+            route = r.fib.add_route(
+                prefix, via, dev=dev, table=table, weights=weights or None, blackhole=blackhole
+            )
+            r.commit()
+            return Reply(
+                {"prefix": str(prefix), "table": table},
+                f"added {prefix} table {table}: {r.fib.describe_paths(route)}\n",
+            )
+        if op in ("del", "delete"):
+            r.fib.del_route(prefix, table)
+            r.commit()
+            return Reply(
+                {"prefix": str(prefix), "table": table}, f"deleted {prefix} table {table}\n"
+            )
+    except RouteError as e:
+        raise CommandError(str(e)) from None
+    raise CommandError(f"route {op!r}: expected add or del")
+
+
+def _neighbor(r: RouterControl, argv: list[str]) -> Reply:
+    op = _words(argv, 1, "add | del")
+    ip = _address(_words(argv, 2, "address"))
+    rest = argv[3:]
+    mac, dev = None, None
+    while rest:
+        if len(rest) < 2:
+            raise CommandError(f"unexpected word {rest[0]!r}")
+        if rest[0] == "lladdr":
+            try:
+                mac = parse_mac(rest[1], "lladdr")
+            except ConfigError as e:
+                raise CommandError(str(e)) from None
+        elif rest[0] == "dev":
+            dev = rest[1]
+        else:
+            raise CommandError(f"unexpected word {rest[0]!r} (expected lladdr, dev)")
+        rest = rest[2:]
+    if dev is None:
+        raise CommandError("missing dev IFNAME")
+    try:
+        if op == "add":
+            if mac is None:
+                raise CommandError("missing lladdr MAC")
+            r.add_neighbor(ip, mac, dev)
+            return Reply({"ip": str(ip), "dev": dev}, f"neighbor {ip} dev {dev} set\n")
+        if op in ("del", "delete"):
+            if not r.del_neighbor(ip, dev):
+                raise CommandError(f"no neighbor {ip} on {dev}")
+            return Reply({"ip": str(ip), "dev": dev}, f"neighbor {ip} dev {dev} deleted\n")
+    except RouteError as e:
+        raise CommandError(str(e)) from None
+    raise CommandError(f"neighbor {op!r}: expected add or del")
+
+
+def _clear(r: RouterControl, argv: list[str]) -> Reply:
+    if argv[1:] != ["counters"]:
+        raise CommandError("expected: clear counters")
+    r.clear_counters()
+    return Reply({"cleared": True}, "counters cleared\n")
+
+
+COMMANDS: dict[str, Callable[[RouterControl, list[str]], Reply]] = {
+    "show": _show,
+    "route": _route,
+    "neighbor": _neighbor,
+    "neighbour": _neighbor,
+    "neigh": _neighbor,
+    "clear": _clear,
+}
+
+
+def execute(r: RouterControl, argv: list[str]) -> Reply:
+    """Run one ctl command; CommandError for anything malformed (nothing changed then)."""
+    if not argv:
+        raise CommandError(f"empty command; expected one of: {', '.join(sorted(COMMANDS))}")
+    fn = COMMANDS.get(argv[0])
+    if fn is None:
+        raise CommandError(
+            f"unknown command {argv[0]!r}; expected one of: {', '.join(sorted(COMMANDS))}"
+        )
+    return fn(r, argv)
