@@ -92,8 +92,7 @@ def base_config(**overrides) -> dict:
             {"name": "eth0", "mac": R0, "addresses": [f"{R0_IP4}/24", f"{R0_IP6}/64"]},
             {"name": "eth1", "mac": R1, "addresses": [f"{R1_IP4}/26", f"{R1_IP6}/64"]},
             {"name": "eth2", "mac": R2, "addresses": [f"{R2_IP4}/26"], "mtu": SMALL_MTU},
-            {"name": "eth3", "mac": R3, "addresses": [f"{R3_IP4}/26", f"{R3_IP6}/64"],
-             "mtu": 1280},
+            {"name": "eth3", "mac": R3, "addresses": [f"{R3_IP4}/26", f"{R3_IP6}/64"], "mtu": 1280},
         ],
         "routes": [
             {"prefix": "203.0.113.0/25", "via": N1_IP4},
@@ -169,8 +168,11 @@ class Result:
         assert len(self.fates) == self.n_in
         assert all(f in ("tx", "drop", "punt") for f in self.fates), Counter(self.fates)
         tx_in_slots = sum(1 for t in self.tx if not t.generated)
-        assert (self.drops + self.c("punt") + tx_in_slots - self.c("icmp-error-sent")
-                == self.n_in), (self.counters, tx_in_slots, self.n_in)
+        assert self.drops + self.c("punt") + tx_in_slots - self.c("icmp-error-sent") == self.n_in, (
+            self.counters,
+            tx_in_slots,
+            self.n_in,
+        )
 
 
 def _frame(p) -> bytes:
@@ -180,8 +182,9 @@ def _frame(p) -> bytes:
 class Router:
     """A router built from a config dict; runs scapy packets through the compiled graph."""
 
-    def __init__(self, config: dict | None = None, vector_size: int = 256,
-                 spare_factor: int = 4) -> None:
+    def __init__(
+        self, config: dict | None = None, vector_size: int = 256, spare_factor: int = 4
+    ) -> None:
         self.cfg = parse_config(config if config is not None else base_config())
         self.fib = Fib.from_config(self.cfg)
         self.state = self.fib.state()
@@ -204,8 +207,11 @@ class Router:
         items = [p if isinstance(p, tuple) else (rx, p) for p in packets]
         frames = [_frame(p) for _, p in items]
         rxs = np.array([self.names.index(r) for r, _ in items], dtype=np.int32)
-        ts = (np.full(len(items), now_ns, dtype=np.int64) if ts_ns is None
-              else np.asarray(ts_ns, dtype=np.int64))
+        ts = (
+            np.full(len(items), now_ns, dtype=np.int64)
+            if ts_ns is None
+            else np.asarray(ts_ns, dtype=np.int64)
+        )
         lens = np.array([len(f) for f in frames], dtype=np.int32)
         offs = np.zeros(len(frames), dtype=np.int64)
         if len(frames) > 1:
@@ -223,10 +229,16 @@ class Router:
             meta = b.meta
             for i in txl:
                 i = int(i)
-                out.append(Tx(self.names[int(meta[M_TX, i])], b.frame(i),
-                              pos + int(meta[M_ORIG, i]), int(meta[M_SEQ, i]), i >= n))
-            fates += [fate_names.get(int(meta[M_NEXT, i]), f"?{meta[M_NEXT, i]}")
-                      for i in range(n)]
+                out.append(
+                    Tx(
+                        self.names[int(meta[M_TX, i])],
+                        b.frame(i),
+                        pos + int(meta[M_ORIG, i]),
+                        int(meta[M_SEQ, i]),
+                        i >= n,
+                    )
+                )
+            fates += [fate_names.get(int(meta[M_NEXT, i]), f"?{meta[M_NEXT, i]}") for i in range(n)]
             # generated slots must be transmitted or free, never left in a node
             for i in range(n, int(b.nalloc[0])):
                 assert int(meta[M_NEXT, i]) in (DONE_TX, FREE), int(meta[M_NEXT, i])

@@ -27,8 +27,7 @@ def _buf(data: bytes, lead: int) -> np.ndarray:
 
 
 @SETTINGS
-@given(data=st.binary(min_size=0, max_size=300), lead=st.integers(0, 9),
-       acc=st.integers(0, 2**40))
+@given(data=st.binary(min_size=0, max_size=300), lead=st.integers(0, 9), acc=st.integers(0, 2**40))
 def test_checksum_matches_rfc1071(data: bytes, lead: int, acc: int) -> None:
     """Any length (odd included), any alignment, any starting accumulator."""
     buf = _buf(data, lead)
@@ -56,25 +55,28 @@ def test_sum_bytes_and_fold(data: bytes, lead: int) -> None:
 
 
 @SETTINGS
-@given(data=st.binary(min_size=2, max_size=120).filter(lambda d: len(d) % 2 == 0),
-       data_idx=st.data())
+@given(
+    data=st.binary(min_size=2, max_size=120).filter(lambda d: len(d) % 2 == 0), data_idx=st.data()
+)
 def test_checksum_verifies_to_zero(data: bytes, data_idx) -> None:
     """Inserting the checksum makes the whole sum 0xFFFF (what receivers check)."""
     k = data_idx.draw(st.integers(0, len(data) // 2 - 1)) * 2
     d = bytearray(data)
-    d[k:k + 2] = b"\0\0"
+    d[k : k + 2] = b"\0\0"
     c = int(checksum(_buf(bytes(d), 0), 0, len(d), np.uint64(0)))
-    d[k:k + 2] = struct.pack("!H", c)
+    d[k : k + 2] = struct.pack("!H", c)
     assert inet_sum(bytes(d)) == 0xFFFF
 
 
 def _words(data: bytes) -> list[int]:
-    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+    return [int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2)]
 
 
 @SETTINGS
-@given(data=st.binary(min_size=4, max_size=60).filter(lambda d: len(d) % 2 == 0 and any(d)),
-       data_idx=st.data())
+@given(
+    data=st.binary(min_size=4, max_size=60).filter(lambda d: len(d) % 2 == 0 and any(d)),
+    data_idx=st.data(),
+)
 def test_incremental_update_matches_full_recomputation(data: bytes, data_idx) -> None:
     """RFC 1624 eqn. 3 on one changed 16-bit word == the checksum computed from scratch,
     also when the result is 0x0000 (never the -0 0xFFFF that eqn. 2 can produce)."""
@@ -83,10 +85,10 @@ def test_incremental_update_matches_full_recomputation(data: bytes, data_idx) ->
     m = data_idx.draw(st.sampled_from([i for i in range(n) if i != ck]))
     new = data_idx.draw(st.integers(0, 0xFFFF))
     d = bytearray(data)
-    d[2 * ck:2 * ck + 2] = b"\0\0"
+    d[2 * ck : 2 * ck + 2] = b"\0\0"
     hc = inet_checksum(bytes(d))
-    old = int.from_bytes(d[2 * m:2 * m + 2], "big")
-    d[2 * m:2 * m + 2] = struct.pack("!H", new)
+    old = int.from_bytes(d[2 * m : 2 * m + 2], "big")
+    d[2 * m : 2 * m + 2] = struct.pack("!H", new)
     if not any(d):
         return  # an all-zero message has two valid checksums
     want = inet_checksum(bytes(d))
@@ -118,7 +120,7 @@ def test_incremental_update_near_zero_and_ffff() -> None:
         hdr[4:6] = b"\0\0"
         s = inet_sum(bytes(hdr))
         # want ~(s + id) == target  =>  id = ~target - s (one's complement)
-        ident = (((~target) & 0xFFFF) + ((~s) & 0xFFFF))
+        ident = ((~target) & 0xFFFF) + ((~s) & 0xFFFF)
         while ident >> 16:
             ident = (ident & 0xFFFF) + (ident >> 16)
         hdr[4:6] = struct.pack("!H", ident)
@@ -136,8 +138,12 @@ def test_incremental_update_near_zero_and_ffff() -> None:
 
 
 @SETTINGS
-@given(src=st.binary(min_size=4, max_size=4), dst=st.binary(min_size=4, max_size=4),
-       proto=st.integers(0, 255), l4=st.binary(min_size=0, max_size=100))
+@given(
+    src=st.binary(min_size=4, max_size=4),
+    dst=st.binary(min_size=4, max_size=4),
+    proto=st.integers(0, 255),
+    l4=st.binary(min_size=0, max_size=100),
+)
 def test_pseudo_header4(src: bytes, dst: bytes, proto: int, l4: bytes) -> None:
     hdr = bytes([0x45, 0, 0, 0, 0, 0, 0, 0, 64, proto, 0, 0]) + src + dst
     buf = _buf(hdr, 3)
@@ -149,8 +155,11 @@ def test_pseudo_header4(src: bytes, dst: bytes, proto: int, l4: bytes) -> None:
 
 
 @SETTINGS
-@given(src=st.binary(min_size=16, max_size=16), dst=st.binary(min_size=16, max_size=16),
-       l4=st.binary(min_size=0, max_size=100))
+@given(
+    src=st.binary(min_size=16, max_size=16),
+    dst=st.binary(min_size=16, max_size=16),
+    l4=st.binary(min_size=0, max_size=100),
+)
 def test_pseudo_header6(src: bytes, dst: bytes, l4: bytes) -> None:
     hdr = bytes([0x60, 0, 0, 0, 0, 0, 58, 64]) + src + dst
     buf = _buf(hdr, 1)

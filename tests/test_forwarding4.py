@@ -85,9 +85,13 @@ def test_forward_udp_tcp_icmp(router: Router) -> None:
 
 def test_fib_lookups_one_per_packet_large_batch(router: Router) -> None:
     rng = random.Random(3)
-    pkts = [eth() / IP(src=H0_IP4, dst=f"203.0.113.{rng.randrange(0, 128)}",
-                       ttl=rng.randrange(2, 256)) / UDP(sport=rng.randrange(65536))
-            / Raw(rng.randbytes(rng.randrange(0, 200))) for _ in range(600)]
+    pkts = [
+        eth()
+        / IP(src=H0_IP4, dst=f"203.0.113.{rng.randrange(0, 128)}", ttl=rng.randrange(2, 256))
+        / UDP(sport=rng.randrange(65536))
+        / Raw(rng.randbytes(rng.randrange(0, 200)))
+        for _ in range(600)
+    ]
     res = router.run(pkts)
     assert len(res.tx) == 600
     # Only-forwarded traffic: exactly one lookup per packet. Packets the router generates
@@ -112,9 +116,12 @@ def test_ethernet_padding_trimmed(router: Router) -> None:
 
 def test_ip_options_forwarded() -> None:
     r = Router()
-    opts = [IPOption_RR(routers=["0.0.0.0"] * 3),
-            IPOption_Security(security=0, compartment=0, handling_restrictions=0,
-                              transmission_control_code=b"abc")]
+    opts = [
+        IPOption_RR(routers=["0.0.0.0"] * 3),
+        IPOption_Security(
+            security=0, compartment=0, handling_restrictions=0, transmission_control_code=b"abc"
+        ),
+    ]
     p = eth() / IP(src=H0_IP4, dst=DST4, options=opts) / UDP(sport=7, dport=7) / b"opts"
     assert p[IP].ihl is None and len(bytes(p[IP])) - 8 - 4 > 20
     res = r.run([p])
@@ -127,8 +134,11 @@ def test_ip_options_forwarded() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(
-    ttl=st.integers(2, 255), ident=st.integers(0, 0xFFFF), tos=st.integers(0, 255),
-    flags=st.sampled_from([0, 2]), payload=st.binary(max_size=64),
+    ttl=st.integers(2, 255),
+    ident=st.integers(0, 0xFFFF),
+    tos=st.integers(0, 255),
+    flags=st.sampled_from([0, 2]),
+    payload=st.binary(max_size=64),
     steer=st.sampled_from([None, 0x0000, 0x0001, 0xFFFE, 0xFEFF, 0xFF00, 0x00FF]),
 )
 def test_ttl_checksum_against_scapy(ttl, ident, tos, flags, payload, steer) -> None:
@@ -145,7 +155,7 @@ def test_ttl_checksum_against_scapy(ttl, ident, tos, flags, payload, steer) -> N
         s = sum(struct.unpack("!10H", bytes(hdr)))
         while s >> 16:
             s = (s & 0xFFFF) + (s >> 16)
-        ident = (((~steer) & 0xFFFF) + ((~s) & 0xFFFF))
+        ident = ((~steer) & 0xFFFF) + ((~s) & 0xFFFF)
         while ident >> 16:
             ident = (ident & 0xFFFF) + (ident >> 16)
         ip.id = ident
@@ -235,8 +245,23 @@ def _bad_ck() -> bytes:
         (lambda: bytes(IP(src="255.255.255.255", dst=DST4) / UDP()), "martian-source"),
         (lambda: bytes(IP(src=H0_IP4, dst="224.0.0.9") / UDP()), "ip4-dst-multicast"),
     ],
-    ids=["version", "ihl<5", "ihl>len", "tot>frame", "tot<ihl", "checksum", "short",
-         "src0", "src0/8", "src127", "src127/8", "src224", "src239", "src-bcast", "dst-mcast"],
+    ids=[
+        "version",
+        "ihl<5",
+        "ihl>len",
+        "tot>frame",
+        "tot<ihl",
+        "checksum",
+        "short",
+        "src0",
+        "src0/8",
+        "src127",
+        "src127/8",
+        "src224",
+        "src239",
+        "src-bcast",
+        "dst-mcast",
+    ],
 )
 def test_input_validation(router: Router, make, counter: str) -> None:
     frame = bytes(Ether(dst=R0, src=H0, type=0x0800)) + make()
@@ -251,13 +276,15 @@ def test_input_validation(router: Router, make, counter: str) -> None:
 
 def test_not_for_us_and_unknown_ethertype(router: Router) -> None:
     ip = IP(src=H0_IP4, dst=DST4) / UDP()
-    res = router.run([
-        Ether(dst="02:00:00:00:00:99", src=H0) / ip,  # another host's MAC
-        Ether(dst=R1, src=H0) / ip,  # the router's MAC, but of another interface
-        Ether(dst=R0, src=H0, type=0x88B5) / (b"x" * 46),
-        Ether(dst=R0, src=H0, type=0x8100) / (b"\x00\x05\x08\x00" + bytes(ip)),  # VLAN
-        bytes(Ether(dst=R0, src=H0))[:13],
-    ])
+    res = router.run(
+        [
+            Ether(dst="02:00:00:00:00:99", src=H0) / ip,  # another host's MAC
+            Ether(dst=R1, src=H0) / ip,  # the router's MAC, but of another interface
+            Ether(dst=R0, src=H0, type=0x88B5) / (b"x" * 46),
+            Ether(dst=R0, src=H0, type=0x8100) / (b"\x00\x05\x08\x00" + bytes(ip)),  # VLAN
+            bytes(Ether(dst=R0, src=H0))[:13],
+        ]
+    )
     assert res.c("not-for-us") == 2
     assert res.c("unknown-ethertype") == 2
     assert res.c("eth-too-short") == 1
@@ -277,8 +304,12 @@ def test_no_route_and_blackhole() -> None:
     cfg = base_config()
     cfg["routes"].append({"prefix": "198.18.0.0/15", "blackhole": True})
     r = Router(cfg)
-    res = r.run([eth() / IP(src=H0_IP4, dst="198.18.1.1") / UDP(),
-                 eth() / IP(src=H0_IP4, dst="192.0.0.1") / UDP()])
+    res = r.run(
+        [
+            eth() / IP(src=H0_IP4, dst="198.18.1.1") / UDP(),
+            eth() / IP(src=H0_IP4, dst="192.0.0.1") / UDP(),
+        ]
+    )
     assert res.c("blackhole") == 1
     assert res.c("no-route") == 1
     assert [t.pkt[ICMP].type for t in res.tx] == [3]  # only the no-route answers
@@ -326,8 +357,7 @@ def test_echo_reply_costs_one_extra_lookup(router: Router) -> None:
         (IP(src=H0_IP4, dst=R0_IP4, flags="MF") / ICMP() / b"frag", "local-unhandled"),
         (IP(src=H0_IP4, dst=R0_IP4) / ICMP(chksum=0x1111) / b"x", "local-bad-checksum"),
     ],
-    ids=["udp", "tcp", "timestamp", "echo-reply", "bcast-ping", "bcast-udp", "frag",
-         "badck"],
+    ids=["udp", "tcp", "timestamp", "echo-reply", "bcast-ping", "bcast-udp", "frag", "badck"],
 )
 def test_local_unhandled(router: Router, p, counter: str) -> None:
     res = router.run([eth() / p])
@@ -338,8 +368,9 @@ def test_local_unhandled(router: Router, p, counter: str) -> None:
 
 
 def test_arp_request_answered(router: Router) -> None:
-    req = Ether(dst=BCAST, src=H0) / ARP(op=1, hwsrc=H0, psrc=H0_IP4, hwdst="00:00:00:00:00:00",
-                                         pdst=R0_IP4)
+    req = Ether(dst=BCAST, src=H0) / ARP(
+        op=1, hwsrc=H0, psrc=H0_IP4, hwdst="00:00:00:00:00:00", pdst=R0_IP4
+    )
     res = router.run([req])
     assert res.c("arp-reply-sent") == 1
     assert len(res.tx) == 1 and res.tx[0].ifname == "eth0"
@@ -352,13 +383,15 @@ def test_arp_request_answered(router: Router) -> None:
 
 
 def test_arp_other(router: Router) -> None:
-    res = router.run([
-        Ether(dst=BCAST, src=H0) / ARP(op=1, hwsrc=H0, psrc=H0_IP4, pdst="198.51.100.77"),
-        Ether(dst=R0, src=H0) / ARP(op=2, hwsrc=H0, psrc=H0_IP4, hwdst=R0, pdst=R0_IP4),
-        Ether(dst=BCAST, src=H0) / ARP(op=1, hwsrc=H0, psrc=H0_IP4, pdst=H0_IP4),  # gratuitous
-        Ether(dst=BCAST, src=H0, type=0x0806) / b"\x00\x01\x08\x00\x06",
-        Ether(dst=BCAST, src=H0) / ARP(op=1, ptype=0x86DD, hwsrc=H0, psrc=H0_IP4, pdst=R0_IP4),
-    ])
+    res = router.run(
+        [
+            Ether(dst=BCAST, src=H0) / ARP(op=1, hwsrc=H0, psrc=H0_IP4, pdst="198.51.100.77"),
+            Ether(dst=R0, src=H0) / ARP(op=2, hwsrc=H0, psrc=H0_IP4, hwdst=R0, pdst=R0_IP4),
+            Ether(dst=BCAST, src=H0) / ARP(op=1, hwsrc=H0, psrc=H0_IP4, pdst=H0_IP4),  # gratuitous
+            Ether(dst=BCAST, src=H0, type=0x0806) / b"\x00\x01\x08\x00\x06",
+            Ether(dst=BCAST, src=H0) / ARP(op=1, ptype=0x86DD, hwsrc=H0, psrc=H0_IP4, pdst=R0_IP4),
+        ]
+    )
     assert res.c("arp-not-for-us") == 1
     assert res.c("arp-punt") == 2 and res.c("punt") == 2
     assert res.c("arp-malformed") == 2

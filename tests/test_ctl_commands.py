@@ -1,0 +1,125 @@
+"""ctl command parsing and effects, against a FIB (no sockets): errors change nothing."""
+
+import ipaddress
+
+import pytest
+
+from vecroute.control.commands import CommandError, execute
+from vecroute.control.config import parse_config
+from vecroute.control.neighbors import NeighborTable
+from vecroute.fib.fib import Fib
+from vecroute.graph.dispatch import Graph
+from vecroute.packet.batch import PacketBatch
+
+
+class FakeRouter:
+    def __init__(self) -> None:
+        cfg = parse_config(
+            {
+                "interfaces": [
+                    {
+                        "name": "eth0",
+                        "mac": "02:00:00:00:00:01",
+                        "addresses": ["198.51.100.254/24"],
+                    },
+                    {
+                        "name": "eth1",
+                        "mac": "02:00:00:00:00:02",
+                        "addresses": ["192.0.2.254/24", "2001:db8:2::1/64"],
+                    },
+                ]
+            }
+        )
+        self.fib = Fib.from_config(cfg)
+        self.graph = Graph(self.fib.state(), PacketBatch(4))
+        self.neigh = NeighborTable(self.fib, lambda *a: None, lambda p: None)
+        self.commits = 0
+
+    def stats(self):
+        return self.graph.state
+
+    def neighbor_rows(self):
+        return self.neigh.rows()
+
+    def add_neighbor(self, ip, mac, ifname):
+        self.neigh.add_static(self.fib.interface_index(ifname), ipaddress.ip_address(ip), mac, 0)
+        self.commit()
+
+    def del_neighbor(self, ip, ifname):
+        return self.neigh.delete(self.fib.interface_index(ifname), ipaddress.ip_address(ip))
+
+    def commit(self):
+        self.commits += 1
+        self.graph.swap_state(self.fib.state())
+
+    def clear_counters(self):
+        self.graph.state.clear_counters()
+
+
+@pytest.fixture
+def r():
+    return FakeRouter()
+
+
+def test_route_add_show_del(r):
+    execute(r, "route add 203.0.113.0/24 via 192.0.2.1 via 192.0.2.2".split())
+    assert r.fib.lpm[4].lookup(0, "203.0.113.9") >= 0
+    rep = execute(r, "show routes 203.0.113.0/24".split())
+    assert [x["prefix"] for x in rep.data] == ["203.0.113.0/24"]
+    assert "via 192.0.2.1" in rep.text and "via 192.0.2.2" in rep.text
+    execute(r, "route del 203.0.113.0/24".split())
+    assert r.fib.lpm[4].lookup(0, "203.0.113.9") == -1
+
+
+@pytest.mark.parametrize(
+    "cmd,word",
+    [
+        ("route add 203.0.113.0/33 via 192.0.2.1", "203.0.113.0/33"),
+        ("route add 203.0.113.0/24 via 192.0.2.300", "192.0.2.300"),
+        ("route add 203.0.113.0/24 via 203.0.113.1", "not on a connected subnet"),
+        ("route add 203.0.113.0/24 gateway 192.0.2.1", "gateway"),
+        ("route add 203.0.113.0/24 via", "via"),
+        ("route add 203.0.113.0/24 via 192.0.2.1 table x", "x"),
+        ("route frob 203.0.113.0/24", "frob"),
+        ("route del 198.51.100.0/24", "connected"),
+        ("route del 203.0.113.0/24", "no route"),
+        ("show bananas", "bananas"),
+        ("neighbor add 192.0.2.1 lladdr zz:00:00:00:00:01 dev eth1", "zz:00"),
+        ("neighbor add 192.0.2.1 lladdr 02:00:00:00:00:01 dev eth9", "eth9"),
+        ("neighbor add 192.0.2.1 dev eth1", "lladdr"),
+        ("frobnicate", "frobnicate"),
+        ("clear everything", "clear counters"),
+    ],
+)
+def test_malformed_commands_name_the_problem_and_change_nothing(r, cmd, word):
+    before = sorted(map(str, r.fib.routes))
+    with pytest.raises(CommandError) as e:
+        execute(r, cmd.split())
+    msg = str(e.value)
+    assert word in msg and "\n" not in msg
+    assert sorted(map(str, r.fib.routes)) == before
+
+
+def test_neighbor_add_resolves_route(r):
+    execute(r, "route add 203.0.113.0/24 via 192.0.2.1".split())
+    execute(r, "neighbor add 192.0.2.1 lladdr 02:00:00:00:00:aa dev eth1".split())
+    rep = execute(r, ["show", "neighbors"])
+    assert rep.data == [
+        {
+            "interface": "eth1",
+            "ip": "192.0.2.1",
+            "mac": "02:00:00:00:00:aa",
+            "state": "permanent",
+            "queued": 0,
+        }
+    ]
+    assert "lladdr 02:00:00:00:00:aa" in execute(r, "show routes 203.0.113.5".split()).text
+
+
+def test_show_views_and_clear(r):
+    for what in ("interfaces", "runtime", "errors", "routes"):
+        rep = execute(r, ["show", what])
+        assert isinstance(rep.data, list) and isinstance(rep.text, str)
+    r.graph.state.counters[0] = 5
+    execute(r, ["clear", "counters"])
+    assert int(r.graph.state.counters.sum()) == 0
