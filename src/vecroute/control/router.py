@@ -1,24 +1,27 @@
-"""The live router (`vecroute run`): AF_PACKET rings in, the graph, rings out.
+"""The live router (`vecroute run`): the control plane and its workers.
 
-One process runs the data path and the control plane in one poll loop: packet sockets,
-the control socket and a signal pipe are polled together (no busy spinning: poll() sleeps
-when there is nothing to do). Between batches the loop handles what the data path punted
-(ARP, neighbour discovery, packets waiting for a neighbour), neighbour timers, ctl
-commands, and SIGHUP reloads; every change is swapped in as a whole new state reference,
-so a batch never sees a half-applied update.
+With ``workers = 1`` one process polls everything: packet sockets, the control socket, a
+signal pipe (no busy spinning: poll() sleeps when nothing happens). With N workers, N
+forked processes share each interface through PACKET_FANOUT (hash mode: a flow stays on
+one worker); each has its own copy of the forwarding state and its own counters in shared
+memory (summed by ``ctl show``). The parent keeps the control plane: neighbour resolution,
+ctl commands, timers, SIGHUP. It records every FIB change in a journal and ships it to the
+workers, which replay it between two batches: no lock on the data path, and a batch never
+sees a half-applied update.
 
-The router owns its ports: the kernel must neither answer ARP nor forward there. At
-start vecroute sets, for each port, net.ipv4.conf.PORT.arp_ignore=8 (never answer ARP),
-net.ipv4.conf.PORT.forwarding=0 (never route what arrives there; the kernel then drops
-such packets silently), net.ipv6.conf.PORT.disable_ipv6=1 (no kernel NS/RS/DAD), and
-brings the link up. Kernel IPv4 addresses on a port are reported as a warning.
+The router owns its ports: at start it sets net.ipv4.conf.PORT.arp_ignore=8 (the kernel
+never answers ARP there), net.ipv4.conf.PORT.forwarding=0 (the kernel never routes what
+arrives there; it drops it silently), net.ipv6.conf.PORT.disable_ipv6=1 (no kernel
+NS/RS/DAD), and brings the links up. Kernel IPv4 addresses on a port are reported.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import mmap
 import os
+import pickle
 import select
 import signal
 import socket
@@ -29,38 +32,18 @@ from pathlib import Path
 import numpy as np
 
 from vecroute.control.config import Config, ConfigError, load_config
-from vecroute.control.neighbors import NeighborTable
+from vecroute.control.forwarder import Forwarder
+from vecroute.control.neighbors import PERMANENT, NeighborTable
 from vecroute.control.server import ControlServer
-from vecroute.fib.adjacency import ADJ_GLEAN
 from vecroute.fib.fib import Fib, RouteError
-from vecroute.graph import counters as C
-from vecroute.graph.dispatch import Graph
-from vecroute.graph.node_ids import DONE_PUNT, IP4_LOOKUP, IP6_LOOKUP
-from vecroute.graph.state import OPT_LIVE, DataPlaneState
-from vecroute.packet.batch import (
-    F_IP6,
-    HEADROOM,
-    M_ADJ,
-    M_ERR,
-    M_FIB,
-    M_FLAGS,
-    M_L3,
-    M_L4,
-    M_LEN,
-    M_NEXT,
-    M_OFF,
-    M_PROTO,
-    M_RX,
-    M_TX,
-    SLOT,
-    PacketBatch,
-    reset_slot,
-)
+from vecroute.graph.counters import N_COUNTERS
+from vecroute.graph.node_ids import N_NODES
+from vecroute.graph.state import IFS_COLS, NS_COLS, DataPlaneState
 
 log = logging.getLogger("vecroute.router")
-NANO = 1_000_000_000
 TICK_NS = 100_000_000  # neighbour timers run every 100 ms
 MAX_BATCHES_PER_WAKEUP = 64  # then look at the control socket again
+MSG_MAX = 1 << 20
 
 
 class StartupError(RuntimeError):
@@ -102,15 +85,49 @@ def prepare_port(ifname: str) -> None:
         )
 
 
+class SharedCounters:
+    """One worker's counter arrays in anonymous shared memory (written by the worker,
+    read and cleared by the parent)."""
+
+    def __init__(self, n_if: int) -> None:
+        shapes = [(N_COUNTERS,), (n_if, IFS_COLS), (N_NODES, NS_COLS)]
+        sizes = [int(np.prod(s)) * 8 for s in shapes]
+        self.mem = mmap.mmap(-1, sum(sizes), flags=mmap.MAP_SHARED)
+        self.arrays = []
+        off = 0
+        for shape, size in zip(shapes, sizes, strict=True):
+            self.arrays.append(
+                np.frombuffer(self.mem, np.int64, int(np.prod(shape)), off).reshape(shape)
+            )
+            off += size
+
+    def attach(self, st: DataPlaneState) -> DataPlaneState:
+        st.counters, st.if_stats, st.node_stats = self.arrays
+        return st
+
+
+def _send_msg(sock: socket.socket, obj) -> None:
+    try:
+        sock.send(pickle.dumps(obj))
+    except OSError as e:
+        log.debug("worker message lost: %s", e)
+
+
+class Worker:
+    """A forked data-path process (parent side handle)."""
+
+    def __init__(self, pid: int, sock: socket.socket, shm: SharedCounters) -> None:
+        self.pid, self.sock, self.shm = pid, sock, shm
+
+
 class LiveRouter:
     """A router on real interfaces; also the object ctl commands act on."""
 
-    def __init__(self, cfg: Config, *, socket_factory=None, prepare_ports: bool = True) -> None:
+    def __init__(self, cfg: Config, *, prepare_ports: bool = True) -> None:
         if os.geteuid() != 0:
             raise StartupError("must run as root (AF_PACKET sockets need CAP_NET_RAW)")
-        from vecroute.io.af_packet import PacketSocket
-
         self.cfg = cfg
+        self.config_path = cfg.path
         self.macs = {itf.name: read_mac(itf.name) for itf in cfg.interfaces}
         if prepare_ports:
             for itf in cfg.interfaces:
@@ -119,34 +136,96 @@ class LiveRouter:
             self.fib = Fib.from_config(cfg, self.macs)
         except RouteError as e:
             raise StartupError(str(e)) from None
-        self.batch = PacketBatch(cfg.router.vector_size)
-        st = self.fib.state()
-        st.opts[OPT_LIVE] = 1
-        self.graph = Graph(st, self.batch)
-        self.neigh = NeighborTable(self.fib, self._send_frame, self._queue_inject)
-        factory = socket_factory or PacketSocket
-        self.socks = [factory(itf.name) for itf in cfg.interfaces]
+        self.neigh = NeighborTable(self.fib, self._send_frame, self._reinject)
         self.ctl_tx = []
         for itf in cfg.interfaces:
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             s.bind((itf.name, 0))
             self.ctl_tx.append(s)
-        self.inject: list[tuple] = []
+        self.n_workers = cfg.router.workers
+        self.workers: list[Worker] = []
+        # the parent's forwarder: the only one with one worker; with several it has no
+        # rings and only forwards packets that waited for a neighbour
+        socks = self._open_sockets(None) if self.n_workers == 1 else []
+        self.fwd = Forwarder(self.fib, socks, cfg.router.vector_size)
+        if self.n_workers > 1:
+            self.fib.journal = []
+            self._spawn_workers()
         self.server = ControlServer(cfg.control.socket, self)
         self.stop = False
         self.reload_requested = False
-        self.config_path = cfg.path
-        self._dirty = False
         log.info(
-            "vecroute running on %s (control socket %s)",
+            "vecroute running on %s with %d worker(s), control socket %s",
             ", ".join(i.name for i in cfg.interfaces),
+            self.n_workers,
             cfg.control.socket,
         )
+
+    def _open_sockets(self, fanout: int | None) -> list:
+        from vecroute.io.af_packet import PacketSocket
+
+        return [PacketSocket(itf.name, fanout_group=fanout) for itf in self.cfg.interfaces]
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _spawn_workers(self) -> None:
+        group = os.getpid() & 0xFFFF
+        for _ in range(self.n_workers):
+            shm = SharedCounters(len(self.cfg.interfaces))
+            parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            pid = os.fork()
+            if pid == 0:  # the worker
+                parent_end.close()
+                code = 0
+                try:
+                    _worker_main(self.fib, self.cfg, child_end, shm, group)
+                except BaseException:  # noqa: BLE001 - a worker must never unwind into the parent's code
+                    log.exception("worker crashed")
+                    code = 1
+                os._exit(code)
+            child_end.close()
+            self.workers.append(Worker(pid, parent_end, shm))
+
+    def _flush_journal(self) -> None:
+        if self.fib.journal:
+            ops, self.fib.journal = self.fib.journal, []
+            for w in self.workers:
+                _send_msg(w.sock, ("ops", ops))
 
     # -- RouterControl (ctl commands) -------------------------------------------------------
 
     def stats(self) -> DataPlaneState:
-        return self.graph.state
+        st = self.fwd.graph.state
+        if not self.workers:
+            return st
+        total = DataPlaneState(
+            **{
+                f: getattr(st, f)
+                for f in (
+                    "ifc",
+                    "if_mac",
+                    "if_ip6",
+                    "fib4_roots",
+                    "fib4_groups",
+                    "fib6_roots",
+                    "fib6_groups",
+                    "lb",
+                    "lb_buckets",
+                    "adj",
+                    "adj_rw",
+                    "adj_last_req",
+                )
+            }
+        )
+        total.counters = st.counters.copy()
+        total.if_stats = st.if_stats.copy()
+        total.node_stats = st.node_stats.copy()
+        for w in self.workers:
+            c, i, n = w.shm.arrays
+            total.counters += c
+            total.if_stats += i
+            total.node_stats += n
+        return total
 
     def neighbor_rows(self) -> list[dict]:
         return self.neigh.rows()
@@ -163,15 +242,18 @@ class LiveRouter:
         return ok
 
     def commit(self) -> None:
-        """Swap the FIB's current arrays in as the data path's state (atomic per batch)."""
-        st = self.fib.state()
-        self.graph.swap_state(st)
+        """Swap the FIB's current arrays in as the data path's state (between batches)."""
+        self.fwd.refresh()
+        self._flush_journal()
         self.neigh.changed = False
 
     def clear_counters(self) -> None:
-        self.graph.state.clear_counters()
+        self.fwd.graph.state.clear_counters()
+        for w in self.workers:
+            for a in w.shm.arrays:
+                a[...] = 0
 
-    # -- slow-path packet I/O ---------------------------------------------------------------
+    # -- slow path ----------------------------------------------------------------------------
 
     def _send_frame(self, ifx: int, frame: bytes) -> None:
         try:
@@ -179,92 +261,19 @@ class LiveRouter:
         except OSError as e:
             log.debug("control-plane send on %s failed: %s", self.cfg.interfaces[ifx].name, e)
 
-    def _queue_inject(self, packets: list[tuple]) -> None:
-        self.inject.extend(packets)
+    def _reinject(self, packets: list) -> None:
+        self.fwd.inject.extend(packets)
 
-    def _load_injected(self) -> int:
-        """Put packets that waited for a neighbour back in the batch, entering at a lookup
-        (their route may have changed meanwhile; this costs them a second lookup)."""
-        b = self.batch
-        n = 0
-        while self.inject and n < b.vector_size:
-            rx, family, l3b, fib, flags = self.inject.pop(0)
-            reset_slot(b.meta, n, rx, len(l3b))
-            o = n * SLOT + HEADROOM + 16
-            b.buf[o : o + len(l3b)] = np.frombuffer(l3b, dtype=np.uint8)
-            m = b.meta
-            m[M_OFF, n] = o
-            m[M_L3, n] = o
-            m[M_FIB, n] = fib
-            m[M_FLAGS, n] = flags
-            if family == 4:
-                m[M_NEXT, n] = IP4_LOOKUP
-                m[M_PROTO, n] = l3b[9]
-                m[M_L4, n] = o + (l3b[0] & 15) * 4
-            else:
-                m[M_NEXT, n] = IP6_LOOKUP
-                m[M_PROTO, n] = l3b[6]
-                m[M_L4, n] = o + 40
-            b.ts[n] = time.time_ns()
-            n += 1
-        return n
-
-    # -- the loop ---------------------------------------------------------------------------
-
-    def _forward(self) -> bool:
-        """Fill one batch from the injected packets and the RX rings; run it; send."""
-        b = self.batch
-        n = self._load_injected()
-        for ifx, s in enumerate(self.socks):
-            if n >= b.vector_size:
-                break
-            n += s.recv_batch(b.buf, b.meta, b.ts, n, b.vector_size - n, ifx)
-        if n == 0:
-            return False
-        b.n = n
-        b.nalloc[0] = n
-        now = time.monotonic_ns()
-        tx = self.graph.run(b, now)
-        if tx.size:
-            ports = b.meta[M_TX, tx]
-            for p in np.unique(ports):
-                idx = tx[ports == p]
-                self.socks[int(p)].send_batch(b.buf, b.meta, idx, idx.size)
-        self._punts(now)
-        return True
-
-    def _punts(self, now: int) -> None:
-        b = self.batch
-        m = b.meta
-        total = int(b.nalloc[0])
-        for i in np.nonzero(m[M_NEXT, :total] == DONE_PUNT)[0]:
-            reason = int(m[M_ERR, i])
-            rx = int(m[M_RX, i])
-            if reason == C.C_NEIGHBOR_QUEUED:
-                self._punt_pending(int(i), now)
-                continue
-            frame = b.buf[m[M_OFF, i] : m[M_OFF, i] + m[M_LEN, i]].tobytes()
-            if reason == C.C_ARP_PUNT:
-                self.neigh.handle_arp(rx, frame, now)
-            elif reason == C.C_ND_PUNT:
-                self.neigh.handle_nd(rx, frame, now)
+    def _handle_punts(self, punts: list[tuple], now: int) -> None:
+        for p in punts:
+            if p[0] == "arp":
+                self.neigh.handle_arp(p[1], p[2], now)
+            elif p[0] == "nd":
+                self.neigh.handle_nd(p[1], p[2], now)
+            elif p[0] == "pending":
+                self.neigh.resolve(p[1], ipaddress.ip_address(p[2]), p[3], now)
         if self.neigh.changed:
             self.commit()
-
-    def _punt_pending(self, i: int, now: int) -> None:
-        b = self.batch
-        m = b.meta
-        key = self.fib.adjs.keys[int(m[M_ADJ, i])]
-        l3 = int(m[M_L3, i])
-        end = int(m[M_OFF, i] + m[M_LEN, i])
-        l3b = b.buf[l3:end].tobytes()
-        ip6 = bool(m[M_FLAGS, i] & F_IP6)
-        if key.kind == ADJ_GLEAN:
-            nh = ipaddress.IPv6Address(l3b[24:40]) if ip6 else ipaddress.IPv4Address(l3b[16:20])
-        else:
-            nh = ipaddress.ip_address(key.nh) if key.family == 4 else ipaddress.IPv6Address(key.nh)
-        pkt = (int(m[M_RX, i]), 6 if ip6 else 4, l3b, int(m[M_FIB, i]), int(m[M_FLAGS, i]))
-        self.neigh.resolve(key.ifx, nh, pkt, now)
 
     def _reload(self) -> None:
         try:
@@ -273,15 +282,27 @@ class LiveRouter:
                 raise ConfigError(f"{self.config_path}: interfaces changed; restart to apply")
             fib = Fib.from_config(cfg, self.macs)
             for n in self.neigh.entries.values():  # keep what was learnt
-                if n.mac is not None and n.state != "permanent":
+                if n.mac is not None and n.state != PERMANENT:
                     fib.add_neighbor(n.ip, n.mac, cfg.interfaces[n.ifx].name)
         except (ConfigError, RouteError) as e:
             log.error("reload failed, keeping the running configuration: %s", e)
             return
         self.cfg, self.fib = cfg, fib
         self.neigh.fib = fib
+        self.fwd.fib = fib
+        if self.workers:
+            learnt = [
+                (str(n.ip), n.mac, cfg.interfaces[n.ifx].name)
+                for n in self.neigh.entries.values()
+                if n.mac is not None and n.state != PERMANENT
+            ]
+            for w in self.workers:
+                _send_msg(w.sock, ("reload", self.config_path, learnt))
+            fib.journal = []
         self.commit()
         log.info("reloaded %s: %d routes", self.config_path, len(fib.routes))
+
+    # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> None:
         rfd, wfd = os.pipe()
@@ -295,28 +316,35 @@ class LiveRouter:
         }
         old = {s: signal.signal(s, h) for s, h in handlers.items()}
         poller = select.poll()
-        for s in self.socks:
+        for s in self.fwd.socks:
             poller.register(s.fileno(), select.POLLIN)
+        wfds = {w.sock.fileno(): w for w in self.workers}
+        for fd in wfds:
+            poller.register(fd, select.POLLIN)
         poller.register(self.server.fileno(), select.POLLIN)
         poller.register(rfd, select.POLLIN)
         next_tick = time.monotonic_ns() + TICK_NS
         try:
             while not self.stop:
-                timeout = (
-                    0 if self.inject else max(0, (next_tick - time.monotonic_ns()) // 1_000_000)
-                )
-                events = poller.poll(timeout)
-                fds = {fd for fd, _ in events}
+                wait = 0 if self.fwd.inject else (next_tick - time.monotonic_ns()) // 1_000_000
+                fds = {fd for fd, _ in poller.poll(max(0, wait))}
                 if rfd in fds:
                     try:
                         os.read(rfd, 512)
                     except BlockingIOError:
                         pass
                 for _ in range(MAX_BATCHES_PER_WAKEUP):
-                    if not self._forward():
+                    now = time.monotonic_ns()
+                    n, punts = self.fwd.forward(now, self._send_frame)
+                    if punts:
+                        self._handle_punts(punts, now)
+                    if n == 0:
                         break
+                for fd in fds & wfds.keys():
+                    self._from_worker(wfds[fd])
                 if self.server.fileno() in fds:
                     self.server.handle()
+                    self._flush_journal()
                 if self.reload_requested:
                     self.reload_requested = False
                     self._reload()
@@ -334,10 +362,97 @@ class LiveRouter:
             os.close(wfd)
             self.close()
 
+    def _from_worker(self, w: Worker) -> None:
+        while True:
+            try:
+                data = w.sock.recv(MSG_MAX, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            self._handle_punts(pickle.loads(data), time.monotonic_ns())
+
     def close(self) -> None:
-        for s in self.socks:
+        for w in self.workers:
+            try:
+                os.kill(w.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for w in self.workers:
+            try:
+                os.waitpid(w.pid, 0)
+            except ChildProcessError:
+                pass
+            w.sock.close()
+        for s in self.fwd.socks:
             s.close()
         for s in self.ctl_tx:
             s.close()
         self.server.close()
         log.info("vecroute stopped")
+
+
+def _worker_main(
+    fib: Fib, cfg: Config, ctl: socket.socket, shm: SharedCounters, group: int
+) -> None:
+    """A worker: its own rings (fanout group), its own FIB copy, punts to the parent."""
+    from vecroute.io.af_packet import PacketSocket
+
+    stop = False
+
+    def _stop(*_):
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    fib.journal = None
+    socks = [PacketSocket(itf.name, fanout_group=group) for itf in cfg.interfaces]
+    fwd = Forwarder(fib, socks, cfg.router.vector_size, shm.attach(fib.state()))
+    poller = select.poll()
+    for s in socks:
+        poller.register(s.fileno(), select.POLLIN)
+    poller.register(ctl.fileno(), select.POLLIN)
+    try:
+        while not stop:
+            fds = {fd for fd, _ in poller.poll(200)}
+            if ctl.fileno() in fds:
+                fib = _worker_control(fwd, fib, ctl)
+                if fib is None:
+                    break
+            for _ in range(MAX_BATCHES_PER_WAKEUP):
+                n, punts = fwd.forward(time.monotonic_ns())
+                if punts:
+                    _send_msg(ctl, punts)
+                if n == 0:
+                    break
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _worker_control(fwd: Forwarder, fib: Fib, ctl: socket.socket) -> Fib | None:
+    """Apply the parent's journal (or a reload) between two batches."""
+    while True:
+        try:
+            data = ctl.recv(MSG_MAX, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return fib
+        if not data:
+            return None  # the parent is gone
+        msg = pickle.loads(data)
+        if msg[0] == "ops":
+            for name, args, kwargs in msg[1]:
+                try:
+                    getattr(fib, name)(*args, **kwargs)
+                except RouteError as e:
+                    log.warning("worker could not apply %s: %s", name, e)
+        elif msg[0] == "reload":
+            cfg = load_config(msg[1])
+            macs = {i.name: read_mac(i.name) for i in cfg.interfaces}
+            fib = Fib.from_config(cfg, macs)
+            for ip, mac, ifname in msg[2]:
+                fib.add_neighbor(ip, mac, ifname)
+            fwd.fib = fib
+        fwd.refresh()

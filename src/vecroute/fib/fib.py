@@ -37,6 +37,20 @@ class RouteError(ValueError):
     """A route or neighbour change that cannot be applied (one-line message)."""
 
 
+def _journaled(method):
+    """Record a successful change so that workers' FIB copies can replay it."""
+
+    def wrapper(self, *args, **kwargs):
+        result = method(self, *args, **kwargs)
+        if self.journal is not None:
+            self.journal.append((method.__name__, args, kwargs))
+        return result
+
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
 @dataclass
 class Interface:
     name: str
@@ -74,6 +88,7 @@ class Fib:
         self.routes: dict[tuple[int, IPNetwork], Route] = {}
         self.neighbors: dict[tuple[int, IPAddress], bytes] = {}
         self.icmp_rate = (1000, 50)
+        self.journal: list[tuple] | None = None  # set by a router with several workers
 
     # -- building -------------------------------------------------------------------------
 
@@ -154,6 +169,7 @@ class Fib:
             self.adjs.set_rewrite(a, mac, self.interfaces[ifx].mac)
         return a
 
+    @_journaled
     def add_route(
         self,
         prefix: IPNetwork | str,
@@ -194,6 +210,7 @@ class Fib:
         self._install(route, lb)
         return route
 
+    @_journaled
     def del_route(self, prefix: IPNetwork | str, table: int = 0) -> None:
         try:
             prefix = ipaddress.ip_network(prefix, strict=False)
@@ -211,6 +228,7 @@ class Fib:
 
     # -- neighbours -------------------------------------------------------------------------
 
+    @_journaled
     def add_neighbor(self, ip: IPAddress | str, mac: bytes, ifname: str) -> None:
         """Set a neighbour's MAC: every adjacency to it becomes (or is rewritten as) a
         precomputed rewrite at once; an on-link host also gets a host route."""
@@ -225,6 +243,7 @@ class Fib:
         if on_link and (existing is None or existing.kind == "neighbor"):
             self._install(Route(host, itf.table, "neighbor", [(ifx, ip)]), self.lbs.get([a]))
 
+    @_journaled
     def del_neighbor(self, ip: IPAddress | str, ifname: str) -> None:
         ip = ipaddress.ip_address(ip)
         ifx = self.interface_index(ifname)

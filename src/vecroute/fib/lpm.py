@@ -44,6 +44,7 @@ from vecroute.fib.lpm_kernels import (
     lpm4_lookup_batch,
     lpm6_lookup,
     lpm6_lookup_batch,
+    missing_levels,
     parse_prefix_lines,
     rehash,
     rule_get,
@@ -266,7 +267,7 @@ class Lpm:
         order = np.argsort(lens, kind="stable")  # short prefixes first: no subtree rewrites
         self._reserve(lens.shape[0])
         if lens.shape[0] >= _PRESIZE_MIN:
-            need = self._groups_bound(a_hi, a_lo, lens)
+            need = self._groups_bound(t, a_hi, a_lo, lens)
             if self._groups_available() < need:
                 self._grow_groups(need)  # one copy instead of a series of doublings
         start, n = 0, lens.shape[0]
@@ -411,14 +412,15 @@ class Lpm:
             raise ValueError(f"prefix length {int(bad)} out of range 0..{self._bits}")
         return np.ascontiguousarray(lens, dtype=np.uint8)
 
-    def _groups_bound(self, a_hi: np.ndarray, a_lo: np.ndarray, lens: np.ndarray) -> int:
-        """Upper bound on the groups a batch creates: distinct parents per trie level."""
+    def _groups_bound(self, t: int, a_hi: np.ndarray, a_lo: np.ndarray, lens: np.ndarray) -> int:
+        """Groups a batch may create: distinct missing parents per trie level (exact bound)."""
+        missing = missing_levels(self._roots, self._groups, t, a_hi, a_lo, lens, self._kw)
         total = 0
         for k in range(1, 3 if self.family == 4 else 15):
             off = 16 + 8 * (k - 1)  # depth where a level-k group starts
-            sel = lens > off
+            sel = (lens > off) & (missing <= k)
             if not sel.any():
-                break
+                continue
             if self.family == 4:
                 total += np.unique(a_hi[sel] >> np.uint32(32 - off)).size
             elif off <= 64:

@@ -500,6 +500,35 @@ def _wide_at(a_hi, a_lo, j, kw):
 
 
 @njit(cache=True)
+def missing_levels(roots, groups, t, a_hi, a_lo, lens, kw):
+    """Per prefix: the first trie level whose group on its path does not exist yet (99: none).
+
+    Lets a bulk add size the group pool exactly instead of growing it step by step.
+    """
+    n = lens.shape[0]
+    out = np.empty(n, np.int8)
+    for j in range(n):
+        d = np.int64(lens[j])
+        hi, lo = _wide_at(a_hi, a_lo, j, kw)
+        hi, lo = _mask(hi, lo, d)
+        lvl = 99
+        e = roots[t, _chunk(hi, lo, 0)]
+        k = 1
+        off = 16
+        while d > off:
+            if not e & EXT:
+                lvl = k
+                break
+            if d <= off + 8:
+                break
+            e = groups[e & INDEX_MASK, _chunk(hi, lo, k)]
+            k += 1
+            off += 8
+        out[j] = lvl
+    return out
+
+
+@njit(cache=True)
 def add_rules(
     roots, groups, free, state, keys, vals, t, a_hi, a_lo, lens, values, order, start, kw,
     max_new_groups,

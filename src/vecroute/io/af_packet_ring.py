@@ -1,0 +1,417 @@
+"""Compiled kernels over the mmap'ed AF_PACKET rings (the fast path of :mod:`af_packet`).
+
+RX walks a TPACKET_V3 ring block by block and copies each frame into a batch slot;
+TX copies batch frames into TPACKET_V2 frames and marks them TP_STATUS_SEND_REQUEST.
+Both run once per batch, so the only per-batch Python is one call here and, for TX,
+one ``send()``.  The rings are numpy views of the mmap (u8 plus u16/u32 views for the
+header fields, which the kernel keeps naturally aligned).
+
+With PACKET_VNET_HDR each RX frame is preceded by a ``struct virtio_net_hdr``; frames a
+Linux host sent over veth arrive with the TCP/UDP checksum only seeded
+(CHECKSUM_PARTIAL) and TCP as GSO super-packets.  The checksum is finished here and
+super-packets are cut into MSS-sized segments, one batch slot each, before the router
+sees them: forwarded as they are, a receiving host would drop them.
+
+Layouts (checked against <linux/if_packet.h>, <linux/virtio_net.h> with offsetof):
+
+- tpacket_block_desc: block_status @8, num_pkts @12, offset_to_first_pkt @16
+- tpacket3_hdr: tp_next_offset @0, tp_sec @4, tp_nsec @8, tp_snaplen @12, tp_len @16,
+  tp_status @20, tp_mac (u16) @24, tp_vlan_tci @32, tp_vlan_tpid (u16) @36; the
+  sockaddr_ll follows at TPACKET_ALIGN(48) = 48, so sll_pkttype is @58
+- tpacket2_hdr (TX): tp_status @0, tp_len @4; data at TPACKET2_HDRLEN - sizeof(sockaddr_ll)
+  = 32
+- virtio_net_hdr (10 bytes, host order): flags @0, gso_type @1, hdr_len @2, gso_size @4,
+  csum_start @6, csum_offset @8; it sits right before the frame (tp_mac - 10)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from vecroute.packet.batch import HEADROOM, M_LEN, M_OFF, MAX_FRAME, SLOT, reset_slot
+from vecroute.packet.checksum import checksum, pseudo_header4, pseudo_header6
+from vecroute.packet.headers import rd16, rd32, wr16, wr32
+
+# -- kernel ABI ---------------------------------------------------------------------------
+
+TP_STATUS_KERNEL = 0
+TP_STATUS_USER = 1
+TP_STATUS_VLAN_VALID = 1 << 4
+TP_STATUS_VLAN_TPID_VALID = 1 << 6
+TP_STATUS_AVAILABLE = 0
+TP_STATUS_SEND_REQUEST = 1
+
+PACKET_OUTGOING = 4
+
+BLK_STATUS = 8
+BLK_NUM_PKTS = 12
+BLK_FIRST = 16
+H3_NEXT = 0
+H3_SEC = 4
+H3_NSEC = 8
+H3_SNAPLEN = 12
+H3_LEN = 16
+H3_STATUS = 20
+H3_MAC = 24
+H3_VLAN_TCI = 32
+H3_VLAN_TPID = 36
+H3_PKTTYPE = 48 + 10
+H2_LEN = 4
+TX_DATA = 32
+
+VNET_HDR_LEN = 10
+VNET_F_NEEDS_CSUM = 1
+VNET_GSO_NONE = 0
+VNET_GSO_TCPV4 = 1
+VNET_GSO_TCPV6 = 4
+VNET_GSO_ECN = 0x80
+
+# -- counters -----------------------------------------------------------------------------
+
+#: One registry of per-socket counters: (name, what it counts).  ``PacketSocket.stats``
+#: is an int64 array indexed by these positions.
+STATS: tuple[tuple[str, str], ...] = (
+    ("rx_packets", "packets put into batch slots (GSO segments count one each)"),
+    ("rx_bytes", "bytes put into batch slots"),
+    ("rx_kernel_drops", "dropped by the kernel: ring full (PACKET_STATISTICS tp_drops)"),
+    ("rx_csum_fixed", "TCP/UDP checksums finished in software (CHECKSUM_PARTIAL)"),
+    ("rx_gso_segmented", "GSO super-packets cut into segments"),
+    ("rx_too_long", "frames longer than a batch slot and not GSO, or MSS too big: dropped"),
+    ("tx_packets", "frames queued on the TX ring"),
+    ("tx_ring_full", "frames dropped because the TX ring had no free frame"),
+    ("rx_gso_segments", "segments produced from GSO super-packets"),
+    ("rx_gso_dropped", "GSO packets not TCP/IPv4 or TCP/IPv6, or malformed: dropped"),
+    ("rx_outgoing", "frames tagged PACKET_OUTGOING: skipped"),
+    ("rx_truncated", "frames the kernel clamped to the ring block: dropped"),
+    ("rx_bad_vnet", "virtio_net_hdr checksum offsets outside the frame: dropped"),
+    ("tx_bytes", "bytes queued on the TX ring"),
+    ("tx_too_long", "frames too long for a TX frame (or shorter than Ethernet): dropped"),
+    ("tx_errors", "send() calls that failed (link down, no buffer)"),
+    ("link_errors", "socket errors reported by poll (interface went down)"),
+)
+STAT_INDEX = {name: i for i, (name, _) in enumerate(STATS)}
+S_RX_PACKETS = 0
+S_RX_BYTES = 1
+S_RX_KERNEL_DROPS = 2
+S_CSUM_FIXED = 3
+S_GSO_SEGMENTED = 4
+S_TOO_LONG = 5
+S_TX_PACKETS = 6
+S_TX_RING_FULL = 7
+S_GSO_SEGMENTS = 8
+S_GSO_DROPPED = 9
+S_RX_OUTGOING = 10
+S_RX_TRUNCATED = 11
+S_BAD_VNET = 12
+S_TX_BYTES = 13
+S_TX_TOO_LONG = 14
+S_TX_ERRORS = 15
+S_LINK_ERRORS = 16
+N_STATS = len(STATS)
+
+# RX cursor (int64 array): block being read, packets of it consumed, offset of the next one
+R_BLOCK = 0
+R_DONE = 1
+R_NEXT = 2
+N_RX_STATE = 3
+
+
+# -- RX -----------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def copy_tagged(ring, f, tagged, tpid, tci, lo, hi, buf, dst) -> None:
+    """Copy bytes [lo, hi) of the frame at ring[f:] to buf[dst:], as if the VLAN tag the
+    kernel moved into the tpacket header (hardware-accelerated tag) were back in place
+    after the MAC addresses; csum_start in the vnet header already counts it."""
+    if not tagged:
+        s = f + lo
+        for k in range(hi - lo):
+            buf[dst + k] = ring[s + k]
+        return
+    k = lo
+    while k < hi and k < 12:
+        buf[dst + k - lo] = ring[f + k]
+        k += 1
+    while k < hi and k < 16:
+        j = k - 12
+        if j == 0:
+            v = tpid >> 8
+        elif j == 1:
+            v = tpid
+        elif j == 2:
+            v = tci >> 8
+        else:
+            v = tci
+        buf[dst + k - lo] = np.uint8(v & 0xFF)
+        k += 1
+    if k < hi:
+        s = f + k - 4
+        d = dst + k - lo
+        for m in range(hi - k):
+            buf[d + m] = ring[s + m]
+
+
+@njit(cache=True)
+def finish_csum(buf, d, length, cs, co) -> bool:
+    """Complete a CHECKSUM_PARTIAL checksum in place: the kernel seeded the field at
+    cs+co with the pseudo-header sum; fold everything from cs to the end (what
+    skb_checksum_help does).  False when the offsets do not fit the frame."""
+    if cs < 14 or cs >= length or cs + co + 2 > length:
+        return False
+    c = checksum(buf, d + cs, length - cs, np.uint64(0))
+    if c == 0:
+        c = np.uint32(0xFFFF)  # CSUM_MANGLED_0: UDP must not send 0; TCP does not care
+    wr16(buf, d + cs + co, c)
+    return True
+
+
+@njit(cache=True)
+def segment_tcp(
+    ring, f, tagged, tpid, tci, length, kind, mss, vflags, cs,
+    buf, meta, ts, slot, avail, total, rx_if, tsv, stats,
+) -> int:  # fmt: skip
+    """Cut a TCP GSO super-packet into segments in slots slot..; returns the slots used,
+    0 when it was dropped (counted), -1 when it needs more than ``avail`` slots now.
+
+    Like the kernel's tcp_gso_segment: every segment carries the headers, IPv4 total
+    length / id (+1 per segment) and header checksum, IPv6 payload length, TCP
+    sequence (+mss per segment) are rewritten, FIN/PSH stay on the last segment only,
+    CWR on the first only, and the TCP checksum is computed in full.
+    """
+    d0 = slot * SLOT + HEADROOM
+    n0 = min(length, MAX_FRAME)
+    copy_tagged(ring, f, tagged, tpid, tci, 0, n0, buf, d0)
+    if n0 < 14 + 40:
+        stats[S_GSO_DROPPED] += 1
+        return 0
+    et = rd16(buf, d0 + 12)
+    l3 = 14
+    if et == 0x8100 or et == 0x88A8:
+        et = rd16(buf, d0 + 16)
+        l3 = 18
+    v4 = kind == VNET_GSO_TCPV4 and et == 0x0800 and (buf[d0 + l3] >> 4) == 4
+    v6 = kind == VNET_GSO_TCPV6 and et == 0x86DD and (buf[d0 + l3] >> 4) == 6
+    if v4:
+        ihl = (buf[d0 + l3] & 15) * 4
+        if ihl < 20 or buf[d0 + l3 + 9] != 6:
+            stats[S_GSO_DROPPED] += 1
+            return 0
+        l4 = l3 + ihl
+    elif v6:
+        if (vflags & VNET_F_NEEDS_CSUM) and cs >= l3 + 40:
+            l4 = cs  # the kernel knows where TCP starts, extension headers included
+        elif buf[d0 + l3 + 6] == 6:
+            l4 = l3 + 40
+        else:
+            stats[S_GSO_DROPPED] += 1
+            return 0
+    else:
+        stats[S_GSO_DROPPED] += 1
+        return 0
+    if l4 + 20 > n0:
+        stats[S_GSO_DROPPED] += 1
+        return 0
+    thl = (buf[d0 + l4 + 12] >> 4) * 4
+    hlen = l4 + thl
+    if thl < 20 or hlen >= length or hlen > n0 or mss <= 0:
+        stats[S_GSO_DROPPED] += 1
+        return 0
+    if hlen + mss > MAX_FRAME:
+        stats[S_TOO_LONG] += 1
+        return 0
+    nseg = (length - hlen + mss - 1) // mss
+    if nseg > total:
+        stats[S_GSO_DROPPED] += 1
+        return 0
+    if nseg > avail:
+        return -1
+    seq0 = np.int64(rd32(buf, d0 + l4 + 4))
+    fl0 = np.int64(buf[d0 + l4 + 13])
+    id0 = np.int64(rd16(buf, d0 + l3 + 4))
+    nbytes = 0
+    # segment 0 already sits in slot 0 as the frame's prefix; the others copy its
+    # headers before they are rewritten, so segment 0 is fixed last
+    for k in range(nseg - 1, -1, -1):
+        s = slot + k
+        d = s * SLOT + HEADROOM
+        pstart = hlen + k * mss
+        plen = min(mss, length - pstart)
+        if k > 0:
+            for m in range(hlen):
+                buf[d + m] = buf[d0 + m]
+            copy_tagged(ring, f, tagged, tpid, tci, pstart, pstart + plen, buf, d + hlen)
+        tcplen = thl + plen
+        if v4:
+            wr16(buf, d + l3 + 2, l4 - l3 + tcplen)
+            wr16(buf, d + l3 + 4, (id0 + k) & 0xFFFF)
+            wr16(buf, d + l3 + 10, 0)
+            wr16(buf, d + l3 + 10, checksum(buf, d + l3, l4 - l3, np.uint64(0)))
+        else:
+            wr16(buf, d + l3 + 4, l4 - l3 - 40 + tcplen)
+        wr32(buf, d + l4 + 4, (seq0 + k * mss) & 0xFFFFFFFF)
+        fl = fl0
+        if k != nseg - 1:
+            fl &= ~0x09  # FIN, PSH
+        if k != 0:
+            fl &= ~0x80  # CWR
+        buf[d + l4 + 13] = np.uint8(fl & 0xFF)
+        wr16(buf, d + l4 + 16, 0)
+        if v4:
+            acc = pseudo_header4(buf, d + l3, 6, tcplen)
+        else:
+            acc = pseudo_header6(buf, d + l3, 6, tcplen)
+        wr16(buf, d + l4 + 16, checksum(buf, d + l4, tcplen, acc))
+        reset_slot(meta, s, rx_if, hlen + plen)
+        ts[s] = tsv
+        nbytes += hlen + plen
+    stats[S_GSO_SEGMENTED] += 1
+    stats[S_GSO_SEGMENTS] += nseg
+    stats[S_RX_PACKETS] += nseg
+    stats[S_RX_BYTES] += nbytes
+    return nseg
+
+
+@njit(cache=True)
+def rx_frame(ring8, ring16, ring32, h, vnet, buf, meta, ts, slot, avail, total, rx_if, stats):
+    """Move the frame whose tpacket3_hdr is at ring offset h into slot.. ; returns the
+    slots used (0: skipped or dropped), or -1 when it must wait for the next batch."""
+    snaplen = np.int64(ring32[(h + H3_SNAPLEN) >> 2])
+    wire = np.int64(ring32[(h + H3_LEN) >> 2])
+    status = ring32[(h + H3_STATUS) >> 2]
+    f = h + np.int64(ring16[(h + H3_MAC) >> 1])
+    if ring8[h + H3_PKTTYPE] == PACKET_OUTGOING:
+        stats[S_RX_OUTGOING] += 1
+        return 0
+    if snaplen < wire:
+        stats[S_RX_TRUNCATED] += 1
+        return 0
+    tagged = (status & TP_STATUS_VLAN_VALID) != 0
+    tci = np.int64(ring32[(h + H3_VLAN_TCI) >> 2]) & 0xFFFF
+    tpid = 0x8100
+    if tagged and (status & TP_STATUS_VLAN_TPID_VALID):
+        tpid = np.int64(ring16[(h + H3_VLAN_TPID) >> 1])
+    length = snaplen + (4 if tagged else 0)
+    vflags = 0
+    gso = 0
+    mss = 0
+    cs = 0
+    co = 0
+    if vnet:
+        v = f - VNET_HDR_LEN
+        vflags = np.int64(ring8[v])
+        gso = np.int64(ring8[v + 1]) & ~VNET_GSO_ECN
+        mss = np.int64(ring8[v + 4]) | (np.int64(ring8[v + 5]) << 8)
+        cs = np.int64(ring8[v + 6]) | (np.int64(ring8[v + 7]) << 8)
+        co = np.int64(ring8[v + 8]) | (np.int64(ring8[v + 9]) << 8)
+    tsv = np.int64(ring32[(h + H3_SEC) >> 2]) * 1_000_000_000 + np.int64(
+        ring32[(h + H3_NSEC) >> 2]
+    )
+    if gso != VNET_GSO_NONE:
+        return segment_tcp(
+            ring8, f, tagged, tpid, tci, length, gso, mss, vflags, cs,
+            buf, meta, ts, slot, avail, total, rx_if, tsv, stats,
+        )  # fmt: skip
+    if length > MAX_FRAME:
+        stats[S_TOO_LONG] += 1
+        return 0
+    d = slot * SLOT + HEADROOM
+    copy_tagged(ring8, f, tagged, tpid, tci, 0, length, buf, d)
+    if vflags & VNET_F_NEEDS_CSUM:
+        if not finish_csum(buf, d, length, cs, co):
+            stats[S_BAD_VNET] += 1
+            return 0
+        stats[S_CSUM_FIXED] += 1
+    reset_slot(meta, slot, rx_if, length)
+    ts[slot] = tsv
+    stats[S_RX_PACKETS] += 1
+    stats[S_RX_BYTES] += length
+    return 1
+
+
+@njit(cache=True)
+def rx_ring_to_batch(
+    ring8, ring16, ring32, state, nblocks, block_size, vnet,
+    buf, meta, ts, start, max_packets, rx_if, stats,
+) -> int:  # fmt: skip
+    """Copy up to max_packets frames from the RX ring into slots start..; returns the
+    slots filled.  A block goes back to the kernel (TP_STATUS_KERNEL) once every frame
+    in it is consumed; a block left half-read resumes at the cursor in ``state``."""
+    end = min(start + max_packets, meta.shape[1])
+    total = end - start
+    slot = start
+    while slot < end:
+        blk = state[R_BLOCK]
+        base = blk * block_size
+        if (ring32[(base + BLK_STATUS) >> 2] & TP_STATUS_USER) == 0:
+            break
+        num = np.int64(ring32[(base + BLK_NUM_PKTS) >> 2])
+        if state[R_DONE] == 0:
+            state[R_NEXT] = base + np.int64(ring32[(base + BLK_FIRST) >> 2])
+        full = False
+        while state[R_DONE] < num:
+            h = state[R_NEXT]
+            if h < base or h + 64 > base + block_size:
+                state[R_DONE] = num  # a walk outside the block: give the block back
+                break
+            used = rx_frame(
+                ring8, ring16, ring32, h, vnet, buf, meta, ts, slot, end - slot, total,
+                rx_if, stats,
+            )  # fmt: skip
+            if used < 0:
+                full = True
+                break
+            slot += used
+            state[R_DONE] += 1
+            state[R_NEXT] = h + np.int64(ring32[(h + H3_NEXT) >> 2])
+            if slot >= end:
+                full = state[R_DONE] < num
+                break
+        if full:
+            break
+        ring32[(base + BLK_STATUS) >> 2] = TP_STATUS_KERNEL
+        state[R_BLOCK] = (blk + 1) % nblocks
+        state[R_DONE] = 0
+    return slot - start
+
+
+# -- TX -----------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def batch_to_tx_ring(
+    ring8, ring32, state, nframes, frame_size, frames_per_block, block_size, vnet,
+    buf, meta, index, count, stats,
+) -> int:  # fmt: skip
+    """Copy frames buf[meta[M_OFF,i] : +meta[M_LEN,i]] for i in index[:count] into free
+    TX frames (zeroed virtio_net_hdr first when vnet) and mark them SEND_REQUEST; returns
+    the frames queued.  A full ring drops the rest of the batch (counted), never waits."""
+    vhl = VNET_HDR_LEN if vnet else 0
+    maxlen = frame_size - TX_DATA - vhl
+    queued = 0
+    for j in range(count):
+        i = index[j]
+        off = np.int64(meta[M_OFF, i])
+        ln = np.int64(meta[M_LEN, i])
+        if ln < 14 or ln > maxlen or off < 0 or off + ln > buf.shape[0]:
+            stats[S_TX_TOO_LONG] += 1
+            continue
+        cur = state[0]
+        fo = (cur // frames_per_block) * block_size + (cur % frames_per_block) * frame_size
+        if ring32[fo >> 2] != TP_STATUS_AVAILABLE:
+            stats[S_TX_RING_FULL] += count - j
+            break
+        p = fo + TX_DATA
+        for k in range(vhl):
+            ring8[p + k] = 0
+        p += vhl
+        for k in range(ln):
+            ring8[p + k] = buf[off + k]
+        ring32[(fo + H2_LEN) >> 2] = ln + vhl
+        ring32[fo >> 2] = TP_STATUS_SEND_REQUEST
+        state[0] = (cur + 1) % nframes
+        queued += 1
+        stats[S_TX_BYTES] += ln
+    stats[S_TX_PACKETS] += queued
+    return queued
