@@ -226,10 +226,17 @@ def test_rate_limit4() -> None:
     assert r.run([p] * 20, now_ns=t0 + 360_000_000).c("icmp-error-sent") == 0
     # a long pause refills to the burst, never beyond
     assert r.run([p] * 20, now_ns=t0 + 100 * 10**9).c("icmp-error-sent") == 5
-    # the clock is the packets' timestamps: spread over 1 s within one batch
-    ts = [t0 + 200 * 10**9 + k * 50_000_000 for k in range(20)]  # 20 packets over 0.95 s
-    res = r.run([p] * 20, ts_ns=ts)
-    assert 5 <= res.c("icmp-error-sent") <= 5 + 10
+
+
+def test_rate_limit_clock_is_packet_timestamps() -> None:
+    """One packet per vector: each runs at its own timestamp; 10 tokens/s, burst 1, one
+    offending packet every 50 ms -> an error every other packet."""
+    r = Router(base_config(icmp={"rate": 10, "burst": 1}), vector_size=1)
+    p = eth() / IP(src=H0_IP4, dst=DST4, ttl=1) / UDP()
+    ts = [3 * 10**9 + k * 50_000_000 for k in range(10)]
+    res = r.run([p] * 10, ts_ns=ts)
+    assert res.c("icmp-error-sent") == 5 and res.c("icmp-rate-limited") == 5
+    assert [t.orig for t in res.tx] == [0, 2, 4, 6, 8]
 
 
 def test_rate_limit_shared_v4_v6() -> None:

@@ -184,6 +184,17 @@ def run(config: str, log_level: str) -> None:
 
 
 @main.command()
+@click.option("--keep", is_flag=True, help="leave the lab up and print how to enter it")
+@click.option("--seconds", default=5, show_default=True, help="length of the iperf3 run")
+def lab(keep: bool, seconds: int) -> None:
+    """Build a lab of network namespaces (two hosts, vecroute between them) and show
+    ping, traceroute, iperf3 and vecroute's live counters. Needs root."""
+    from vecroute.lab import run_lab
+
+    sys.exit(run_lab(keep=keep, seconds=seconds))
+
+
+@main.command()
 @click.option(
     "--socket",
     "sock",

@@ -55,6 +55,17 @@ class Forwarder:
         self.graph = Graph(st, self.batch)
         self.inject: list[Pending] = []
 
+    def warm(self) -> None:
+        """Compile (or load from the cache) the graph before the first packet arrives, so
+        the first ping does not wait for the JIT."""
+        b = self.batch
+        b.n = 0
+        b.nalloc[0] = 0
+        self.graph.run(b, 0)
+        for s in self.socks:
+            s.recv_batch(b.buf, b.meta, b.ts, 0, 0, 0)
+            s.send_batch(b.buf, b.meta, np.zeros(0, dtype=np.int32), 0)
+
     def refresh(self) -> None:
         """Swap in the FIB's current arrays (after a route or neighbour change)."""
         self.graph.swap_state(self.fib.state())

@@ -148,6 +148,7 @@ class LiveRouter:
         # rings and only forwards packets that waited for a neighbour
         socks = self._open_sockets(None) if self.n_workers == 1 else []
         self.fwd = Forwarder(self.fib, socks, cfg.router.vector_size)
+        self.fwd.warm()
         if self.n_workers > 1:
             self.fib.journal = []
             self._spawn_workers()

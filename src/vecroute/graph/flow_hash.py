@@ -36,13 +36,21 @@ def _ports(buf, meta, i) -> np.uint64:
     return np.uint64(0)
 
 
+@njit(cache=True, inline="always")
+def _nonzero32(h: np.uint64) -> np.uint32:
+    """The high 32 bits, never 0 (0 means "not computed"). Not ``| 1``: forcing the low bit
+    makes every hash odd, and ``h % n`` then never picks an even bucket for even n."""
+    v = np.uint32(h >> np.uint64(32))
+    return v if v != np.uint32(0) else np.uint32(1)
+
+
 @njit(cache=True)
 def flow_hash4(buf, meta, i) -> np.uint32:
     l3 = meta[M_L3, i]
     a = (np.uint64(rd32(buf, l3 + 12)) << np.uint64(32)) | np.uint64(rd32(buf, l3 + 16))
     b = (_ports(buf, meta, i) << np.uint64(8)) | np.uint64(meta[M_PROTO, i] & 0xFF)
     h = mix64(a ^ mix64(b))
-    return np.uint32(h >> np.uint64(32)) | np.uint32(1)
+    return _nonzero32(h)
 
 
 @njit(cache=True)
@@ -53,4 +61,4 @@ def flow_hash6(buf, meta, i) -> np.uint32:
         h = mix64(h ^ np.uint64(rd32(buf, l3 + 8 + 4 * w)))
     b = (_ports(buf, meta, i) << np.uint64(8)) | np.uint64(meta[M_PROTO, i] & 0xFF)
     h = mix64(h ^ b)
-    return np.uint32(h >> np.uint64(32)) | np.uint32(1)
+    return _nonzero32(h)

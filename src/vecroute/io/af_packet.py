@@ -109,8 +109,7 @@ class PacketSocket:
             f"block_size must be a multiple of the page size ({_PAGE}), not {block_size}",
         )
         _check(
-            128 <= frame_size <= min(block_size, TX_BLOCK)
-            and frame_size % TPACKET_ALIGNMENT == 0,
+            128 <= frame_size <= min(block_size, TX_BLOCK) and frame_size % TPACKET_ALIGNMENT == 0,
             f"frame_size must be a multiple of 16 in 128..{TX_BLOCK}, not {frame_size}",
         )
         _check(tx_frames >= 0, f"tx_frames must be >= 0, not {tx_frames}")
@@ -226,8 +225,9 @@ class PacketSocket:
         rx_if: int,
     ) -> int:
         """Copy up to ``max_packets`` frames into slots ``start..`` (reset_slot meta,
-        M_RX = rx_if, ts in ns); GSO segments take one slot each.  Returns the count.
-        Slots outside the returned range are not touched."""
+        M_RX = rx_if, ts in ns) and return how many slots were filled.  GSO segments
+        take one slot each and may run past max_packets into the batch's spare slots
+        (never past its capacity).  Slots outside the returned range are not touched."""
         return ring.rx_ring_to_batch(
             self._rx8, self._rx16, self._rx32, self._rx_state, self._nblocks,
             self._block_size, self.vnet_hdr, buf, meta, ts, start, max_packets, rx_if,

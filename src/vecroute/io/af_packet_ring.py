@@ -305,9 +305,7 @@ def rx_frame(ring8, ring16, ring32, h, vnet, buf, meta, ts, slot, avail, total, 
         mss = np.int64(ring8[v + 4]) | (np.int64(ring8[v + 5]) << 8)
         cs = np.int64(ring8[v + 6]) | (np.int64(ring8[v + 7]) << 8)
         co = np.int64(ring8[v + 8]) | (np.int64(ring8[v + 9]) << 8)
-    tsv = np.int64(ring32[(h + H3_SEC) >> 2]) * 1_000_000_000 + np.int64(
-        ring32[(h + H3_NSEC) >> 2]
-    )
+    tsv = np.int64(ring32[(h + H3_SEC) >> 2]) * 1_000_000_000 + np.int64(ring32[(h + H3_NSEC) >> 2])
     if gso != VNET_GSO_NONE:
         return segment_tcp(
             ring8, f, tagged, tpid, tci, length, gso, mss, vflags, cs,
@@ -336,10 +334,14 @@ def rx_ring_to_batch(
     buf, meta, ts, start, max_packets, rx_if, stats,
 ) -> int:  # fmt: skip
     """Copy up to max_packets frames from the RX ring into slots start..; returns the
-    slots filled.  A block goes back to the kernel (TP_STATUS_KERNEL) once every frame
-    in it is consumed; a block left half-read resumes at the cursor in ``state``."""
-    end = min(start + max_packets, meta.shape[1])
-    total = end - start
+    slots filled.  The segments of a GSO super-packet that starts within max_packets
+    may run on into the batch's spare slots (up to its capacity), so a small
+    max_packets never starves a big super-packet.  A block goes back to the kernel
+    (TP_STATUS_KERNEL) once every frame in it is consumed; a block left half-read
+    resumes at the cursor in ``state``."""
+    cap = meta.shape[1]
+    end = min(start + max_packets, cap)
+    total = cap - start
     slot = start
     while slot < end:
         blk = state[R_BLOCK]
@@ -356,7 +358,7 @@ def rx_ring_to_batch(
                 state[R_DONE] = num  # a walk outside the block: give the block back
                 break
             used = rx_frame(
-                ring8, ring16, ring32, h, vnet, buf, meta, ts, slot, end - slot, total,
+                ring8, ring16, ring32, h, vnet, buf, meta, ts, slot, cap - slot, total,
                 rx_if, stats,
             )  # fmt: skip
             if used < 0:
