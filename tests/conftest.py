@@ -283,6 +283,8 @@ def assert_checksums(pkt: Packet) -> None:
     layer = pkt
     while layer is not None and layer.name != "NoPayload":
         cls = type(layer)
+        if cls.__name__ in ("IPerror", "IPerror6"):
+            break  # the quote inside an ICMP error: not ours to checksum
         fname = _CK_FIELDS.get(cls)
         if fname is None and cls.__name__.startswith("ICMPv6") and "cksum" in layer.fields:
             fname = "cksum"

@@ -457,6 +457,37 @@ def test_tcp_gso_super_packets_are_segmented(lab, family: int) -> None:
 
 @pytest.mark.netns
 @needs_root
+def test_udp_gso_is_segmented(lab) -> None:
+    from vecroute.io.netns import entered
+
+    h1, h2, a, b = host_pair(lab)
+    ps = packet_socket(lab, h2, b, tx_frames=0)
+    payload = bytes(range(250)) * 32  # 8000 bytes in 1000-byte datagrams
+    with ps:
+        with entered(h1):
+            u4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            u6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        with u4, u6:
+            for u, dst in ((u4, "198.51.100.2"), (u6, "2001:db8::2")):
+                u.setsockopt(socket.IPPROTO_UDP, 103, 1000)  # UDP_SEGMENT: one GSO send
+                u.sendto(payload, (dst, 4000))
+
+            def is_4000(f: bytes) -> bool:
+                p = Ether(f)
+                return UDP in p and p[UDP].dport == 4000
+
+            got = drain(ps, 16, is_4000)
+        st = ps.stats_dict()
+    assert len(got) == 16 and st["rx_gso_segmented"] == 2
+    for fam in (IP, IPv6):
+        dgrams = [Ether(f) for f in got if fam in Ether(f)]
+        assert all(checksums_ok(raw(p)) for p in dgrams)
+        assert all(p[UDP].len == 8 + 1000 for p in dgrams)
+        assert b"".join(bytes(p[UDP].payload) for p in dgrams) == payload
+
+
+@pytest.mark.netns
+@needs_root
 def test_fanout_splits_flows_between_sockets(lab) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))

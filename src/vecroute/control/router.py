@@ -170,7 +170,7 @@ class LiveRouter:
     # -- workers ------------------------------------------------------------------------------
 
     def _spawn_workers(self) -> None:
-        group = os.getpid() & 0xFFFF
+        group = (os.getpid() * 16) & 0xFFFF
         for _ in range(self.n_workers):
             shm = SharedCounters(len(self.cfg.interfaces))
             parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -369,7 +369,9 @@ class LiveRouter:
                 data = w.sock.recv(MSG_MAX, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
-            if not data:
+            if not data:  # the worker died: stop rather than forward with a hole
+                log.error("worker %d exited; stopping", w.pid)
+                self.stop = True
                 return
             self._handle_punts(pickle.loads(data), time.monotonic_ns())
 
@@ -409,7 +411,11 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     fib.journal = None
-    socks = [PacketSocket(itf.name, fanout_group=group) for itf in cfg.interfaces]
+    # a fanout group belongs to one device: one group id per interface
+    socks = [
+        PacketSocket(itf.name, fanout_group=(group + ifx) & 0xFFFF)
+        for ifx, itf in enumerate(cfg.interfaces)
+    ]
     fwd = Forwarder(fib, socks, cfg.router.vector_size, shm.attach(fib.state()))
     poller = select.poll()
     for s in socks:

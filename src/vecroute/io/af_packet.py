@@ -29,8 +29,9 @@ same flow may change.
 
 ``vnet_hdr`` (PACKET_VNET_HDR) is what makes traffic from Linux hosts on veth/tap
 forwardable: see :mod:`vecroute.io.af_packet_ring`.  Limits: a frame (after GSO
-segmentation) must fit a batch slot (``MAX_FRAME`` = 2048 bytes); UDP GSO is dropped
-(counted); VLAN tags the kernel took out of the frame are put back in.
+segmentation) must fit a batch slot (``MAX_FRAME`` = 2048 bytes); GSO other than TCP
+or UDP over IPv4/IPv6 is dropped (counted); VLAN tags the kernel took out of the frame
+are put back in.
 """
 
 from __future__ import annotations

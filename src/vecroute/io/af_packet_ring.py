@@ -9,8 +9,9 @@ header fields, which the kernel keeps naturally aligned).
 With PACKET_VNET_HDR each RX frame is preceded by a ``struct virtio_net_hdr``; frames a
 Linux host sent over veth arrive with the TCP/UDP checksum only seeded
 (CHECKSUM_PARTIAL) and TCP as GSO super-packets.  The checksum is finished here and
-super-packets are cut into MSS-sized segments, one batch slot each, before the router
-sees them: forwarded as they are, a receiving host would drop them.
+super-packets (TCP, and UDP GSO as QUIC stacks send it) are cut into MSS-sized
+segments, one batch slot each, before the router sees them: forwarded as they are, a
+receiving host would drop them.
 
 Layouts (checked against <linux/if_packet.h>, <linux/virtio_net.h> with offsetof):
 
@@ -65,6 +66,7 @@ VNET_F_NEEDS_CSUM = 1
 VNET_GSO_NONE = 0
 VNET_GSO_TCPV4 = 1
 VNET_GSO_TCPV6 = 4
+VNET_GSO_UDP_L4 = 5
 VNET_GSO_ECN = 0x80
 
 # -- counters -----------------------------------------------------------------------------
@@ -81,9 +83,9 @@ STATS: tuple[tuple[str, str], ...] = (
     ("tx_packets", "frames queued on the TX ring"),
     ("tx_ring_full", "frames dropped because the TX ring had no free frame"),
     ("rx_gso_segments", "segments produced from GSO super-packets"),
-    ("rx_gso_dropped", "GSO packets not TCP/IPv4 or TCP/IPv6, or malformed: dropped"),
+    ("rx_gso_dropped", "GSO packets not TCP or UDP over IPv4/IPv6, or malformed: dropped"),
     ("rx_outgoing", "frames tagged PACKET_OUTGOING: skipped"),
-    ("rx_truncated", "frames the kernel clamped to the ring block: dropped"),
+    ("rx_truncated", "frames clamped by the kernel to the ring block (or overrunning it)"),
     ("rx_bad_vnet", "virtio_net_hdr checksum offsets outside the frame: dropped"),
     ("tx_bytes", "bytes queued on the TX ring"),
     ("tx_too_long", "frames too long for a TX frame (or shorter than Ethernet): dropped"),
@@ -168,22 +170,23 @@ def finish_csum(buf, d, length, cs, co) -> bool:
 
 
 @njit(cache=True)
-def segment_tcp(
+def segment_gso(
     ring, f, tagged, tpid, tci, length, kind, mss, vflags, cs,
     buf, meta, ts, slot, avail, total, rx_if, tsv, stats,
 ) -> int:  # fmt: skip
-    """Cut a TCP GSO super-packet into segments in slots slot..; returns the slots used,
-    0 when it was dropped (counted), -1 when it needs more than ``avail`` slots now.
+    """Cut a GSO super-packet (TCP over IPv4/IPv6, or UDP GSO) into segments in slots
+    slot..; returns the slots used, 0 when it was dropped (counted), -1 when it needs
+    more than ``avail`` slots now.
 
-    Like the kernel's tcp_gso_segment: every segment carries the headers, IPv4 total
-    length / id (+1 per segment) and header checksum, IPv6 payload length, TCP
-    sequence (+mss per segment) are rewritten, FIN/PSH stay on the last segment only,
-    CWR on the first only, and the TCP checksum is computed in full.
+    Like the kernel's tcp_gso_segment / __udp_gso_segment: every segment carries the
+    headers; IPv4 total length, id (+1 per segment) and header checksum, IPv6 payload
+    length are rewritten; TCP: sequence +mss per segment, FIN/PSH on the last segment
+    only, CWR on the first only; UDP: length; the L4 checksum is computed in full.
     """
     d0 = slot * SLOT + HEADROOM
     n0 = min(length, MAX_FRAME)
     copy_tagged(ring, f, tagged, tpid, tci, 0, n0, buf, d0)
-    if n0 < 14 + 40:
+    if n0 < 14 + 40 or mss <= 0:
         stats[S_GSO_DROPPED] += 1
         return 0
     et = rd16(buf, d0 + 12)
@@ -191,31 +194,26 @@ def segment_tcp(
     if et == 0x8100 or et == 0x88A8:
         et = rd16(buf, d0 + 16)
         l3 = 18
-    v4 = kind == VNET_GSO_TCPV4 and et == 0x0800 and (buf[d0 + l3] >> 4) == 4
-    v6 = kind == VNET_GSO_TCPV6 and et == 0x86DD and (buf[d0 + l3] >> 4) == 6
+    udp = kind == VNET_GSO_UDP_L4
+    proto = 17 if udp else 6
+    v4 = (kind == VNET_GSO_TCPV4 or udp) and et == 0x0800 and (buf[d0 + l3] >> 4) == 4
+    v6 = (kind == VNET_GSO_TCPV6 or udp) and et == 0x86DD and (buf[d0 + l3] >> 4) == 6
+    l4 = 0
     if v4:
         ihl = (buf[d0 + l3] & 15) * 4
-        if ihl < 20 or buf[d0 + l3 + 9] != 6:
-            stats[S_GSO_DROPPED] += 1
-            return 0
-        l4 = l3 + ihl
+        if ihl >= 20 and buf[d0 + l3 + 9] == proto:
+            l4 = l3 + ihl
     elif v6:
         if (vflags & VNET_F_NEEDS_CSUM) and cs >= l3 + 40:
-            l4 = cs  # the kernel knows where TCP starts, extension headers included
-        elif buf[d0 + l3 + 6] == 6:
+            l4 = cs  # the kernel knows where L4 starts, extension headers included
+        elif buf[d0 + l3 + 6] == proto:
             l4 = l3 + 40
-        else:
-            stats[S_GSO_DROPPED] += 1
-            return 0
-    else:
+    if l4 == 0 or l4 + 20 > n0:
         stats[S_GSO_DROPPED] += 1
         return 0
-    if l4 + 20 > n0:
-        stats[S_GSO_DROPPED] += 1
-        return 0
-    thl = (buf[d0 + l4 + 12] >> 4) * 4
+    thl = 8 if udp else (buf[d0 + l4 + 12] >> 4) * 4
     hlen = l4 + thl
-    if thl < 20 or hlen >= length or hlen > n0 or mss <= 0:
+    if thl < 8 or hlen >= length or hlen > n0:
         stats[S_GSO_DROPPED] += 1
         return 0
     if hlen + mss > MAX_FRAME:
@@ -230,6 +228,7 @@ def segment_tcp(
     seq0 = np.int64(rd32(buf, d0 + l4 + 4))
     fl0 = np.int64(buf[d0 + l4 + 13])
     id0 = np.int64(rd16(buf, d0 + l3 + 4))
+    co = 6 if udp else 16
     nbytes = 0
     # segment 0 already sits in slot 0 as the frame's prefix; the others copy its
     # headers before they are rewritten, so segment 0 is fixed last
@@ -242,27 +241,33 @@ def segment_tcp(
             for m in range(hlen):
                 buf[d + m] = buf[d0 + m]
             copy_tagged(ring, f, tagged, tpid, tci, pstart, pstart + plen, buf, d + hlen)
-        tcplen = thl + plen
+        l4len = thl + plen
         if v4:
-            wr16(buf, d + l3 + 2, l4 - l3 + tcplen)
+            wr16(buf, d + l3 + 2, l4 - l3 + l4len)
             wr16(buf, d + l3 + 4, (id0 + k) & 0xFFFF)
             wr16(buf, d + l3 + 10, 0)
             wr16(buf, d + l3 + 10, checksum(buf, d + l3, l4 - l3, np.uint64(0)))
         else:
-            wr16(buf, d + l3 + 4, l4 - l3 - 40 + tcplen)
-        wr32(buf, d + l4 + 4, (seq0 + k * mss) & 0xFFFFFFFF)
-        fl = fl0
-        if k != nseg - 1:
-            fl &= ~0x09  # FIN, PSH
-        if k != 0:
-            fl &= ~0x80  # CWR
-        buf[d + l4 + 13] = np.uint8(fl & 0xFF)
-        wr16(buf, d + l4 + 16, 0)
-        if v4:
-            acc = pseudo_header4(buf, d + l3, 6, tcplen)
+            wr16(buf, d + l3 + 4, l4 - l3 - 40 + l4len)
+        if udp:
+            wr16(buf, d + l4 + 4, l4len)
         else:
-            acc = pseudo_header6(buf, d + l3, 6, tcplen)
-        wr16(buf, d + l4 + 16, checksum(buf, d + l4, tcplen, acc))
+            wr32(buf, d + l4 + 4, (seq0 + k * mss) & 0xFFFFFFFF)
+            fl = fl0
+            if k != nseg - 1:
+                fl &= ~0x09  # FIN, PSH
+            if k != 0:
+                fl &= ~0x80  # CWR
+            buf[d + l4 + 13] = np.uint8(fl & 0xFF)
+        wr16(buf, d + l4 + co, 0)
+        if v4:
+            acc = pseudo_header4(buf, d + l3, proto, l4len)
+        else:
+            acc = pseudo_header6(buf, d + l3, proto, l4len)
+        c = checksum(buf, d + l4, l4len, acc)
+        if c == 0 and udp:
+            c = np.uint32(0xFFFF)
+        wr16(buf, d + l4 + co, c)
         reset_slot(meta, s, rx_if, hlen + plen)
         ts[s] = tsv
         nbytes += hlen + plen
@@ -274,9 +279,12 @@ def segment_tcp(
 
 
 @njit(cache=True)
-def rx_frame(ring8, ring16, ring32, h, vnet, buf, meta, ts, slot, avail, total, rx_if, stats):
+def rx_frame(
+    ring8, ring16, ring32, h, limit, vnet, buf, meta, ts, slot, avail, total, rx_if, stats,
+):  # fmt: skip
     """Move the frame whose tpacket3_hdr is at ring offset h into slot.. ; returns the
-    slots used (0: skipped or dropped), or -1 when it must wait for the next batch."""
+    slots used (0: skipped or dropped), or -1 when it must wait for the next batch.
+    ``limit`` is the end of the block: nothing past it is read, whatever the header says."""
     snaplen = np.int64(ring32[(h + H3_SNAPLEN) >> 2])
     wire = np.int64(ring32[(h + H3_LEN) >> 2])
     status = ring32[(h + H3_STATUS) >> 2]
@@ -284,7 +292,7 @@ def rx_frame(ring8, ring16, ring32, h, vnet, buf, meta, ts, slot, avail, total, 
     if ring8[h + H3_PKTTYPE] == PACKET_OUTGOING:
         stats[S_RX_OUTGOING] += 1
         return 0
-    if snaplen < wire:
+    if snaplen < wire or f + snaplen > limit or f - VNET_HDR_LEN < h + 48:
         stats[S_RX_TRUNCATED] += 1
         return 0
     tagged = (status & TP_STATUS_VLAN_VALID) != 0
@@ -307,7 +315,7 @@ def rx_frame(ring8, ring16, ring32, h, vnet, buf, meta, ts, slot, avail, total, 
         co = np.int64(ring8[v + 8]) | (np.int64(ring8[v + 9]) << 8)
     tsv = np.int64(ring32[(h + H3_SEC) >> 2]) * 1_000_000_000 + np.int64(ring32[(h + H3_NSEC) >> 2])
     if gso != VNET_GSO_NONE:
-        return segment_tcp(
+        return segment_gso(
             ring8, f, tagged, tpid, tci, length, gso, mss, vflags, cs,
             buf, meta, ts, slot, avail, total, rx_if, tsv, stats,
         )  # fmt: skip
@@ -358,8 +366,8 @@ def rx_ring_to_batch(
                 state[R_DONE] = num  # a walk outside the block: give the block back
                 break
             used = rx_frame(
-                ring8, ring16, ring32, h, vnet, buf, meta, ts, slot, cap - slot, total,
-                rx_if, stats,
+                ring8, ring16, ring32, h, base + block_size, vnet, buf, meta, ts, slot,
+                cap - slot, total, rx_if, stats,
             )  # fmt: skip
             if used < 0:
                 full = True
@@ -417,3 +425,23 @@ def batch_to_tx_ring(
         stats[S_TX_BYTES] += ln
     stats[S_TX_PACKETS] += queued
     return queued
+
+
+def warm() -> None:
+    """Compile (or load from the numba cache) the ring kernels with the argument types
+    PacketSocket passes, on a synthetic ring: call it from the warm-up step so that
+    parallel workers do not all compile them."""
+    from vecroute.packet.batch import N_META
+
+    ring8 = np.zeros(1 << 12, np.uint8)
+    state = np.zeros(N_RX_STATE, np.int64)
+    stats = np.zeros(N_STATS, np.int64)
+    buf = np.zeros(SLOT * 2, np.uint8)
+    meta = np.zeros((N_META, 2), np.int32)
+    ts = np.zeros(2, np.int64)
+    r16, r32 = ring8.view(np.uint16), ring8.view(np.uint32)
+    rx_ring_to_batch(ring8, r16, r32, state, 1, 1 << 12, True, buf, meta, ts, 0, 2, 0, stats)
+    for dtype in (np.int64, np.int32, np.intp):
+        idx = np.zeros(1, dtype)
+        batch_to_tx_ring(ring8, r32, state[:1].copy(), 2, 2048, 2, 1 << 12, True, buf, meta,
+                         idx, 0, stats)  # fmt: skip

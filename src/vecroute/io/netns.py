@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import subprocess
@@ -33,6 +34,8 @@ NETNS_DIR = "/run/netns"
 IFNAMSIZ = 15
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_LABS = itertools.count()
+_NAMES = itertools.count(1)  # interface names, unique across the labs of a process
 
 
 class LabError(RuntimeError):
@@ -96,7 +99,7 @@ class Lab:
 
     def __init__(self, prefix: str = "vr") -> None:
         self.tag = f"{prefix}{os.getpid():x}"
-        self._seq = 0
+        self.id = next(_LABS)  # several labs may live at once in one process
         self._netns: list[str] = []
         self._links: list[str] = []  # veths made in the root namespace
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -105,15 +108,12 @@ class Lab:
 
     def name(self, role: str = "") -> str:
         """A fresh interface name: prefix + pid + sequence (+ role), <= 15 characters."""
-        self._seq += 1
-        n = f"{self.tag}{self._seq}{role}"
-        if len(n) > IFNAMSIZ:
-            n = f"{self.tag}{self._seq}"[-IFNAMSIZ:]
-        return n
+        n = f"{self.tag}{next(_NAMES)}{role}"
+        return n if len(n) <= IFNAMSIZ else n[-IFNAMSIZ:]
 
     def netns(self, role: str) -> str:
-        """Create a namespace ``<prefix><pid>-<role>`` with loopback up; returns its name."""
-        ns = f"{self.tag}-{role}"
+        """Create a namespace ``<prefix><pid>-<lab>-<role>``, loopback up; returns its name."""
+        ns = f"{self.tag}-{self.id}-{role}"
         if os.path.exists(os.path.join(NETNS_DIR, ns)):
             ip("netns", "del", ns, check=False)  # left by a dead process with our pid
         ip("netns", "add", ns)
@@ -151,6 +151,10 @@ class Lab:
             if up:
                 ip("link", "set", end, "up", ns=ns)
         return a, b
+
+    def link_set(self, ns: str | None, ifname: str, *args: str) -> None:
+        """``ip link set dev ifname args...`` (``"up"``, ``"down"``, ``"mtu", "9000"``)."""
+        ip("link", "set", "dev", ifname, *args, ns=ns)
 
     def addr(self, ns: str | None, ifname: str, cidr: str) -> None:
         """Add an address (``198.51.100.1/24``, ``2001:db8::1/64``; nodad for IPv6)."""
@@ -190,6 +194,11 @@ class Lab:
         p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], **kw)  # type: ignore[call-overload]
         self._procs.append(p)
         return p
+
+    def keep(self) -> None:
+        """Leave everything in place (``vecroute lab --keep``): close() deletes nothing."""
+        self._closed = True
+        atexit.unregister(self.close)
 
     def close(self) -> None:
         """Kill our processes, delete our namespaces (their veths go with them) and the
