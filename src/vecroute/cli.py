@@ -165,7 +165,10 @@ def run(config: str, log_level: str) -> None:
     SIGINT/SIGTERM stop it cleanly; SIGHUP reloads CONFIG and swaps the new forwarding
     state in atomically (learnt neighbours are kept)."""
     import logging
+    import os
 
+    if os.geteuid() != 0:
+        _fail("vecroute run: must run as root (AF_PACKET sockets need CAP_NET_RAW)")
     from vecroute.control.router import LiveRouter, StartupError
 
     logging.basicConfig(
