@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba-cache
 
-.PHONY: all install demo test lint warm system-deps bench clean
+.PHONY: all install lab demo test lint warm system-deps bench clean
 
 all: test
 
@@ -17,11 +17,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Oracles and peers from Debian: ministat checks `vecroute stat`.
+# Oracles and peers from Debian: ministat checks `vecroute stat`; iproute2, ping,
+# traceroute and iperf3 are the live tests' Linux hosts.
+SYSTEM_TOOLS := ministat:ministat ip:iproute2 ping:iputils-ping traceroute:traceroute \
+	iperf3:iperf3 setpriv:util-linux
 system-deps:
-	@if ! command -v ministat >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ministat; \
+	@missing=""; for t in $(SYSTEM_TOOLS); do \
+		command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+
+# The main job: a namespace lab with vecroute routing between two Linux hosts (root).
+lab: $(STAMP) system-deps warm
+	$(BIN)/vecroute lab
 
 # Compile the numba kernels once, before the test workers start (they load the cache).
 warm: $(STAMP)

@@ -24,7 +24,8 @@ one word ``addr << 32 | table << 8 | len``; IPv6 keys three words ``hi, lo, tabl
 That is 12 (IPv4) or 28 (IPv6) bytes per slot, far leaner than a Python dict.
 
 ``state`` (``int64[4]``) holds ``[groups high-water mark, free-list length, rules, unused]``.
-Update kernels never reallocate: callers ensure capacity first (see ``need_*`` below).
+Update kernels never reallocate: callers ensure capacity first (``groups_available`` >= 14
+free groups, rule-store load < 3/4); ``add_rules`` stops and returns when either runs short.
 """
 
 from __future__ import annotations
