@@ -29,7 +29,9 @@ import argparse
 import gc
 import ipaddress
 import json
+import os
 import struct
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ import numpy as np
 
 from bench.common import (
     DEFAULT_TABLE,
+    REPO_ROOT,
     eprint,
     fmt_summary,
     machine_info,
@@ -148,7 +151,11 @@ def setup_fib():
 
 
 def build_fib(tab: Table) -> tuple[Any, np.ndarray, np.ndarray, dict[str, Any]]:
-    """Build the whole FIB once, timing each stage; returns (fib, lb4, lb6, measures)."""
+    """Build the whole FIB once, timing each stage; returns (fib, lb4, lb6, measures).
+
+    RSS deltas are only meaningful in a fresh process (see ``build_probe``): in a process
+    that already freed big arrays, glibc hands the same resident pages out again.
+    """
     gc.collect()
     m: dict[str, Any] = {}
     rss0 = rss_bytes()
@@ -170,6 +177,36 @@ def build_fib(tab: Table) -> tuple[Any, np.ndarray, np.ndarray, dict[str, Any]]:
     m["ip4_nbytes_mb"] = fib.lpm[4].nbytes / 1e6
     m["ip6_nbytes_mb"] = fib.lpm[6].nbytes / 1e6
     return fib, lb4, lb6, m
+
+
+def build_probe(table: Path) -> dict[str, Any]:
+    """One FIB build in this (fresh) process, after warming the compiled kernels on a
+    small table so that no JIT time is counted: parse time, stage times, RSS growth."""
+    t0 = time.perf_counter()
+    _, tab = load_table(table)  # may compile the parser
+    small = 8192
+    warm = Table(tab.a4[:small], tab.l4[:small], tab.h6[:small], tab.o6[:small], tab.l6[:small],
+                 tab.nb4[:small], tab.nb6[:small])
+    build_fib(warm)  # compiles (or loads from cache) add_many and friends
+    m: dict[str, Any] = {"warm_s": time.perf_counter() - t0}
+    m["parse_s"], tab = load_table(table)
+    gc.collect()
+    m["rss_before_mb"] = rss_bytes() / 1e6
+    fib, _, _, b = build_fib(tab)
+    m.update(b)
+    m["rss_after_mb"] = rss_bytes() / 1e6
+    del fib
+    return m
+
+
+def build_in_subprocess(table: Path, cpu: int | None) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.forwarding", "--build-probe", "--table", str(table)]
+    if cpu is not None:
+        cmd += ["--cpu", str(cpu)]
+    out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"build probe failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout)
 
 
 def time_add_route(tab: Table, n: int, rng: np.random.Generator) -> float:
@@ -599,7 +636,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(SEED)
 
     # -- table, traffic, JIT warm-up ----------------------------------------------------------
-    parse_s = []
+    load_before = os.getloadavg()
     dt, tab = load_table(args.table)  # first call: may compile the parser
     eprint(f"table: {tab.a4.shape[0]} IPv4 + {tab.h6.shape[0]} IPv6 prefixes ({dt:.2f} s, "
            f"first parse incl. any JIT)")
@@ -618,18 +655,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     del warm, fib
     eprint(f"warm-up done in {warm_s:.1f} s")
 
-    # -- FIB build, R times interleaved (parse, setup, v4, v6) --------------------------------
+    # -- FIB build, R times, each in a fresh process (honest RSS, no allocator reuse) ---------
     builds: list[dict[str, Any]] = []
-    fib = None
     for r in range(R):
-        fib = None
-        gc.collect()
-        dt, _ = load_table(args.table)
-        parse_s.append(dt)
-        fib, lb4, lb6, m = build_fib(tab)
+        m = build_in_subprocess(args.table, cpu)
         builds.append(m)
-        eprint(f"build {r + 1}/{R}: setup {m['setup_s'] * 1e3:.1f} ms, IPv4 {m['ip4_load_s']:.2f}"
-               f" s, IPv6 {m['ip6_load_s']:.2f} s, RSS +{m['total_rss_mb']:.0f} MB")
+        eprint(f"build {r + 1}/{R}: parse {m['parse_s']:.2f} s, setup {m['setup_s'] * 1e3:.1f} ms,"
+               f" IPv4 {m['ip4_load_s']:.2f} s, IPv6 {m['ip6_load_s']:.2f} s, "
+               f"RSS +{m['total_rss_mb']:.0f} MB")
+    fib, lb4, lb6, _ = build_fib(tab)  # the FIB the forwarding runs use
     add_route_s = time_add_route(tab, args.add_route_sample, rng)
     stats4, stats6 = fib.lpm[4].stats(), fib.lpm[6].stats()
 
@@ -695,7 +729,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ratio4 = summary([a * 1e3 / b for a, b in zip(res["ip4_mpps"], res["py4_kpps"], strict=True)])
     ratio6 = summary([a * 1e3 / b for a, b in zip(res["ip6_mpps"], res["py6_kpps"], strict=True)])
     B = {k: summary([m[k] for m in builds]) for k in builds[0]}
-    B["parse_s"] = summary(parse_s)
     tables_mb = B["ip4_nbytes_mb"]["median"] + B["ip6_nbytes_mb"]["median"]
     rss_mb = B["total_rss_mb"]["median"]
     targets = {
@@ -722,6 +755,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    "interfaces": N_IF, "neighbours_per_family": N_NB,
                    "prefixes4": int(tab.a4.shape[0]), "prefixes6": int(tab.h6.shape[0])},
         "warmup_s": warm_s,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
         "build": B,
         "add_route_us": add_route_s * 1e6,
         "lpm4_stats": stats4,
@@ -741,11 +776,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def print_text(R: dict[str, Any]) -> None:
     S, B, c = R["forwarding"], R["build"], R["config"]
     print(f"machine: {machine_line(R['machine'])}; pinned CPU {R['machine']['pinned_cpu']}")
+    lb, la = R["loadavg_before"], R["loadavg_after"]
+    print(f"load average (1/5/15 min) before {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}, after "
+          f"{la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f} (other jobs share this machine)")
     print(f"table: {c['prefixes4']} IPv4 + {c['prefixes6']} IPv6 prefixes; {c['interfaces']} "
           f"interfaces, {c['neighbours_per_family']} neighbours per family; "
           f"median [min .. max] of {c['repeat']} interleaved runs")
     print()
-    print("FIB build")
+    print("FIB build (each repetition in a fresh process, kernels warmed on a small table first)")
     print(f"  parse table file      {fmt_summary(B['parse_s'], 's', 3)}")
     print(f"  Fib setup (if+nbrs)   {fmt_summary(B['setup_s'], 's', 4)}")
     print(f"  IPv4 bulk load        {fmt_summary(B['ip4_load_s'], 's', 3)}")
@@ -809,7 +847,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, default=DEFAULT_TABLE,
                     help=f"prefix file (default {DEFAULT_TABLE})")
     ap.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: last allowed)")
+    ap.add_argument("--build-probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.build_probe:
+        pin_to_one_cpu(args.cpu)
+        json.dump(build_probe(args.table), sys.stdout)
+        return 0
     if args.packets < 4096 or args.repeat < 1:
         ap.error("--packets must be >= 4096 and --repeat >= 1")
     if not args.table.exists():

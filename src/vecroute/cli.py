@@ -239,6 +239,78 @@ def ctl(sock: str | None, config: str | None, as_json: bool, words: tuple[str, .
         click.echo(reply.get("text", ""), nl=False)
 
 
+@main.command()
+@click.argument("ifname")
+@click.option("--dst", required=True, help="destination IPv4/IPv6 address")
+@click.option("--src", required=True, help="source address (same family)")
+@click.option("--dst-mac", required=True, help="destination MAC (the router's port)")
+@click.option("--src-mac", default=None, help="source MAC (default: the interface's)")
+@click.option(
+    "--proto", type=click.Choice(["udp", "tcp-syn", "icmp"]), default="udp", show_default=True
+)
+@click.option("--size", default=64, show_default=True, help="frame size in bytes (no FCS)")
+@click.option("--count", default=0, help="frames to send (0: use --duration)")
+@click.option("--duration", default=0.0, help="seconds to send")
+@click.option("--rate", default=0.0, help="packets per second (0: as fast as possible)")
+@click.option("--flows", default=1, show_default=True, help="distinct flows")
+@click.option(
+    "--vary",
+    type=click.Choice(["sport", "src", "dst"]),
+    default="sport",
+    show_default=True,
+    help="what differs between flows",
+)
+@click.option("--random", "rand", is_flag=True, help="random flow per packet (else round robin)")
+@click.option("--sport", default=9, show_default=True)
+@click.option("--dport", default=9, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+def gen(
+    ifname: str,
+    dst: str,
+    src: str,
+    dst_mac: str,
+    src_mac: str | None,
+    proto: str,
+    size: int,
+    count: int,
+    duration: float,
+    rate: float,
+    flows: int,
+    vary: str,
+    rand: bool,
+    sport: int,
+    dport: int,
+    as_json: bool,
+) -> None:
+    """Send packets on IFNAME through an AF_PACKET TX ring; print pktgen's result lines."""
+    from vecroute.control.config import parse_mac
+    from vecroute.measure.gen import GenError, GenSpec, result_json, run_gen
+
+    try:
+        dmac = parse_mac(dst_mac, "--dst-mac")
+        if src_mac:
+            smac = parse_mac(src_mac, "--src-mac")
+        else:
+            from vecroute.control.router import StartupError, read_mac
+
+            try:
+                smac = read_mac(ifname)
+            except StartupError as e:
+                _fail(str(e))
+        spec = GenSpec(src, dst, dmac, smac, proto, size, sport, dport, flows, vary, rand)
+        from vecroute.io.af_packet import PacketSocket
+
+        with PacketSocket(ifname, rx_blocks=1, block_size=1 << 16) as sock:
+            res = run_gen(sock, spec, count=count, duration=duration, rate=rate)
+    except (GenError, ConfigError, ValueError) as e:
+        _fail(str(e))
+    except PermissionError:
+        _fail("vecroute gen: must run as root (AF_PACKET)")
+    except OSError as e:
+        _fail(f"{ifname}: {e.strerror or e}")
+    click.echo(result_json(res) if as_json else res.pktgen_text())
+
+
 @main.command(
     context_settings={
         "ignore_unknown_options": True,
