@@ -3,7 +3,6 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba-cache
 
 .PHONY: all install lab demo test lint warm system-deps bench clean
 

@@ -101,6 +101,34 @@ def rss_bytes() -> int:
     return 0
 
 
+def steal_ticks() -> int:
+    """Hypervisor steal time of the whole machine, in clock ticks (/proc/stat), 0 if absent."""
+    try:
+        with open("/proc/stat") as f:
+            parts = f.readline().split()
+        return int(parts[8]) if parts[0] == "cpu" and len(parts) > 8 else 0
+    except (OSError, ValueError):
+        return 0
+
+
+class CpuShare:
+    """How much of a wall-clock interval this process actually ran: process CPU time / wall
+    time (1.0 = it had the core to itself; less = other jobs or the hypervisor took it)."""
+
+    def __init__(self) -> None:
+        self.shares: list[float] = []
+
+    def __enter__(self) -> CpuShare:
+        self._w = time.perf_counter()
+        self._c = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._w
+        if wall > 0:
+            self.shares.append((time.process_time() - self._c) / wall)
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     """(seconds, result) of one call, perf_counter clock."""
     t0 = time.perf_counter()

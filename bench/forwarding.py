@@ -43,12 +43,14 @@ import numpy as np
 from bench.common import (
     DEFAULT_TABLE,
     REPO_ROOT,
+    CpuShare,
     eprint,
     fmt_summary,
     machine_info,
     machine_line,
     pin_to_one_cpu,
     rss_bytes,
+    steal_ticks,
     summary,
     verdict,
 )
@@ -686,16 +688,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     nodes4: list[list[dict[str, Any]]] = []
     nodes6: list[list[dict[str, Any]]] = []
     fwd_check: dict[str, Any] = {}
+    share = CpuShare()
+    steal0 = steal_ticks()
     for r in range(R):
         p256.clear()
-        s = p256.run(fr4)
+        with share:
+            s = p256.run(fr4)
         res["ip4_mpps"].append(fr4.n / s / 1e6)
         nodes4.append(p256.nodes())
         c4 = p256.counters()
         s, nout, _ = timed_py(pyf.forward4, py4)
         res["py4_kpps"].append(len(py4) / s / 1e3)
         p256.clear()
-        s = p256.run(fr6)
+        with share:
+            s = p256.run(fr6)
         res["ip6_mpps"].append(fr6.n / s / 1e6)
         nodes6.append(p256.nodes())
         c6 = p256.counters()
@@ -722,6 +728,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                f"{res['ip6_mpps'][-1]:.2f} Mpps, python {res['py4_kpps'][-1]:.0f}/"
                f"{res['py6_kpps'][-1]:.0f} kpps, lookup {res['lookup4_mlps'][-1]:.0f}/"
                f"{res['lookup6_mlps'][-1]:.0f} M/s")
+    steal_s = (steal_ticks() - steal0) / os.sysconf("SC_CLK_TCK")
     trivial_us = trivial_call_s(200000) * 1e6
 
     # -- results -------------------------------------------------------------------------------
@@ -768,6 +775,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "nodes_ip6": node_table(nodes6),
         "trivial_njit_call_us": trivial_us,
         "python_agrees": {"ip4": agree4, "ip6": agree6},
+        "cpu_share": summary(share.shares),
+        "steal_s": steal_s,
         "check": fwd_check,
         "targets": targets,
     }
@@ -779,6 +788,10 @@ def print_text(R: dict[str, Any]) -> None:
     lb, la = R["loadavg_before"], R["loadavg_after"]
     print(f"load average (1/5/15 min) before {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}, after "
           f"{la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f} (other jobs share this machine)")
+    cs = R["cpu_share"]
+    print(f"CPU share of the vecroute forwarding runs (process CPU / wall): median "
+          f"{cs['median']:.2f}, min {cs['min']:.2f}; hypervisor steal during the runs "
+          f"{R['steal_s']:.1f} s")
     print(f"table: {c['prefixes4']} IPv4 + {c['prefixes6']} IPv6 prefixes; {c['interfaces']} "
           f"interfaces, {c['neighbours_per_family']} neighbours per family; "
           f"median [min .. max] of {c['repeat']} interleaved runs")

@@ -14,12 +14,10 @@ import ipaddress
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scapy.layers.inet import ICMP, IP, TCP, UDP
-from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
@@ -35,26 +33,13 @@ from vecroute.packet.batch import M_NEXT, M_ORIG, M_SEQ, M_TX, PacketBatch
 
 
 def pytest_configure(config) -> None:
-    """Drop numba cache indexes older than the newest compiled source.
-
-    numba's on-disk cache is keyed on the source file of the cached function only: when a
-    node module (or counters.py, whose ids are compile-time constants) changes, the cached
-    ``run_graph`` in dispatch.py still holds the old code inlined and silently runs it. Run
-    once in the controlling process (not in xdist workers) before anything compiles."""
+    """Drop stale numba cache indexes once, in the controlling process (not in xdist
+    workers), before anything compiles: see vecroute.warmup.clear_stale_cache."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    import vecroute
+    from vecroute.warmup import clear_stale_cache
 
-    root = Path(list(vecroute.__path__)[0])
-    dirs = ("graph", "packet", "fib")  # the kernels run_graph pulls in (io/ is separate)
-    srcs = [p for d in dirs for p in (root / d).glob("*.py")]
-    newest = max(p.stat().st_mtime for p in srcs)
-    for nbi in (nbi for d in dirs for nbi in (root / d).glob("__pycache__/*.nbi")):
-        try:
-            if nbi.stat().st_mtime < newest:
-                nbi.unlink()
-        except OSError:
-            pass
+    clear_stale_cache()
 
 
 # --- the standard test network (documentation prefixes only) -------------------------------

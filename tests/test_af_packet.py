@@ -267,7 +267,7 @@ def lab():
         yield lab
 
 
-def packet_socket(lab, ns: str, ifname: str, **kw):
+def packet_socket(ns: str, ifname: str, **kw):
     from vecroute.io.af_packet import PacketSocket
     from vecroute.io.netns import entered
 
@@ -308,7 +308,7 @@ def test_rx_receives_kernel_sent_frames_intact(lab) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
     # a small ring (4 blocks of 16 KB) goes round many times: blocks must be given back
-    ps = packet_socket(lab, rt, b, rx_blocks=4, block_size=1 << 14)
+    ps = packet_socket(rt, b, rx_blocks=4, block_size=1 << 14)
     frames = make_frames(600)
     got: list[bytes] = []
     with ps, raw_socket(h1, a) as tx:
@@ -328,7 +328,7 @@ def test_rx_receives_kernel_sent_frames_intact(lab) -> None:
 def test_tx_batch_reaches_the_peer_intact(lab) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
-    ps = packet_socket(lab, rt, b)
+    ps = packet_socket(rt, b)
     frames = make_frames(300)
     data = np.frombuffer(b"".join(frames), np.uint8)
     lens = np.array([len(f) for f in frames], np.int32)
@@ -375,8 +375,8 @@ def test_udp_from_a_linux_host_gets_a_valid_checksum(lab) -> None:
     from vecroute.io.netns import entered
 
     h1, h2, a, b = host_pair(lab)
-    fixed = packet_socket(lab, h2, b, tx_frames=0)
-    plain = packet_socket(lab, h2, b, tx_frames=0, vnet_hdr=False)
+    fixed = packet_socket(h2, b, tx_frames=0)
+    plain = packet_socket(h2, b, tx_frames=0, vnet_hdr=False)
     with fixed, plain:
         with entered(h1):
             u4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -407,7 +407,7 @@ def test_tcp_gso_super_packets_are_segmented(lab, family: int) -> None:
     h1, h2, a, b = host_pair(lab)
     addr = "198.51.100.2" if family == socket.AF_INET else "2001:db8::2"
     data = os.urandom(1 << 16)
-    ps = packet_socket(lab, h2, b, tx_frames=0)
+    ps = packet_socket(h2, b, tx_frames=0)
     with entered(h2):
         srv = socket.socket(family)
     with entered(h1):
@@ -461,7 +461,7 @@ def test_udp_gso_is_segmented(lab) -> None:
     from vecroute.io.netns import entered
 
     h1, h2, a, b = host_pair(lab)
-    ps = packet_socket(lab, h2, b, tx_frames=0)
+    ps = packet_socket(h2, b, tx_frames=0)
     payload = bytes(range(250)) * 32  # 8000 bytes in 1000-byte datagrams
     with ps:
         with entered(h1):
@@ -492,8 +492,8 @@ def test_fanout_splits_flows_between_sockets(lab) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
     group = os.getpid() & 0xFFFF
-    w1 = packet_socket(lab, rt, b, fanout_group=group, tx_frames=0)
-    w2 = packet_socket(lab, rt, b, fanout_group=group, tx_frames=0)
+    w1 = packet_socket(rt, b, fanout_group=group, tx_frames=0)
+    w2 = packet_socket(rt, b, fanout_group=group, tx_frames=0)
     flows = 64
     frames = [
         raw(
@@ -525,7 +525,7 @@ def test_fanout_splits_flows_between_sockets(lab) -> None:
 def test_idle_wait_sleeps(lab) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
-    with packet_socket(lab, rt, b) as ps:
+    with packet_socket(rt, b) as ps:
         assert ps.wait(0) is False
         cpu0, wall0 = time.process_time(), time.monotonic()
         assert ps.wait(1000) is False
@@ -536,11 +536,16 @@ def test_idle_wait_sleeps(lab) -> None:
 
 @pytest.mark.netns
 @needs_root
-def test_errors_are_one_line() -> None:
+def test_errors_are_one_line(lab) -> None:
     from vecroute.io.af_packet import InterfaceError, PacketSocket
 
     with pytest.raises(InterfaceError, match=r"^nonexistent0: no such interface$"):
         PacketSocket("nonexistent0")
+    ns = lab.netns("e")
+    tun = lab.name("t")
+    lab.run(ns, ["ip", "tuntap", "add", "mode", "tun", "name", tun])
+    with pytest.raises(InterfaceError, match=rf"^{tun}: not an Ethernet interface"):
+        packet_socket(ns, tun)
     pid = os.fork()
     if pid == 0:  # child: give up root, then try
         code = 1

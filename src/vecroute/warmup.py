@@ -6,9 +6,37 @@ numba cache instead of compiling the same kernels again.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import numpy as np
+
+
+def clear_stale_cache() -> int:
+    """Delete numba cache indexes older than the newest vecroute source; returns how many.
+
+    numba keys a cached function on its own source file only, but ``run_graph`` inlines
+    the node kernels of other files: after a node changes, the stale cached dispatcher
+    would silently run the old code. Any source change therefore invalidates every
+    index (a recompile costs about a minute; running old code costs correctness)."""
+    import vecroute
+
+    root = Path(list(vecroute.__path__)[0])
+    newest = max(p.stat().st_mtime for p in root.rglob("*.py"))
+    places = [root]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        places.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    removed = 0
+    for place in places:
+        for nbi in place.rglob("*.nbi"):
+            try:
+                if nbi.stat().st_mtime < newest:
+                    nbi.unlink()
+                    removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def warm() -> float:
@@ -44,8 +72,26 @@ def warm() -> float:
         1,
     )
     graph.run(batch, 0)
+    _warm_io(batch)
     return time.perf_counter() - t0
 
 
+def _warm_io(batch) -> None:
+    """The ring kernels and the pcap reader/writer, on synthetic data."""
+    import tempfile
+
+    from vecroute.io import af_packet_ring
+    from vecroute.io.pcap import PcapWriter, read_capture
+
+    af_packet_ring.warm()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "w.pcap"
+        with PcapWriter(path) as w:
+            w.write_batch(batch.buf, batch.meta[0].astype(np.int64),
+                          batch.meta[1].astype(np.int64), batch.ts, np.zeros(1, np.int32))
+        read_capture(path)
+
+
 if __name__ == "__main__":
-    print(f"vecroute: kernels ready in {warm():.1f} s")
+    stale = clear_stale_cache()
+    print(f"vecroute: {stale} stale cache entries removed; kernels ready in {warm():.1f} s")

@@ -137,6 +137,8 @@ class _Reader:
 
 
 def _addr(r: _Reader, key: str, text: Any) -> IPAddress:
+    if not isinstance(text, str):  # ip_address(5) would quietly be 0.0.0.5
+        raise r.err(key, f"{text!r} is not an IPv4 or IPv6 address")
     try:
         return ipaddress.ip_address(text)
     except ValueError:
@@ -173,6 +175,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         addrs: list[IPInterface] = []
         for a in r.get("addresses", list, []):
             try:
+                if not isinstance(a, str):  # ip_interface(5) would be 0.0.0.5/32
+                    raise TypeError
                 addrs.append(ipaddress.ip_interface(a))
             except (ValueError, TypeError):
                 raise r.err("addresses", f"{a!r} is not an address/prefix-length") from None
@@ -213,6 +217,10 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
             or not all(isinstance(w, int) and 1 <= w <= 64 for w in weights)
         ):
             raise r.err("weights", "one integer weight 1..64 per next hop in via")
+        buckets = sum(weights) if weights is not None else len(via)
+        if buckets > 64:  # the load-balance holds at most 64 ECMP buckets
+            raise r.err("weights" if weights is not None else "via",
+                        f"ECMP paths add up to {buckets} buckets, at most 64")
         routes.append(
             RouteConfig(prefix, via, dev, r.int_range("table", 0, 0, 2**32 - 1), weights, blackhole)
         )

@@ -199,7 +199,10 @@ class Fib:
                 ifx = self.interface_index(dev) if dev else self._connected_interface(nh, table)
                 paths.append((ifx, nh))
                 adjs.append(self._nh_adjacency(ifx, nh))
-            lb = self.lbs.get(adjs, weights)
+            try:
+                lb = self.lbs.get(adjs, weights)
+            except ValueError as e:  # too many ECMP buckets
+                raise RouteError(str(e)) from None
         elif dev:
             ifx = self.interface_index(dev)
             paths.append((ifx, None))

@@ -88,7 +88,7 @@ STATS: tuple[tuple[str, str], ...] = (
     ("rx_truncated", "frames clamped by the kernel to the ring block (or overrunning it)"),
     ("rx_bad_vnet", "virtio_net_hdr checksum offsets outside the frame: dropped"),
     ("tx_bytes", "bytes queued on the TX ring"),
-    ("tx_too_long", "frames too long for a TX frame (or shorter than Ethernet): dropped"),
+    ("tx_too_long", "frames too long for a TX frame, shorter than Ethernet, or bad index"),
     ("tx_errors", "send() calls that failed (link down, no buffer)"),
     ("link_errors", "socket errors reported by poll (interface went down)"),
 )
@@ -402,6 +402,9 @@ def batch_to_tx_ring(
     queued = 0
     for j in range(count):
         i = index[j]
+        if i < 0 or i >= meta.shape[1]:
+            stats[S_TX_TOO_LONG] += 1
+            continue
         off = np.int64(meta[M_OFF, i])
         ln = np.int64(meta[M_LEN, i])
         if ln < 14 or ln > maxlen or off < 0 or off + ln > buf.shape[0]:
