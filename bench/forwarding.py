@@ -688,24 +688,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     nodes4: list[list[dict[str, Any]]] = []
     nodes6: list[list[dict[str, Any]]] = []
     fwd_check: dict[str, Any] = {}
-    share = CpuShare()
+    share, share4, share6 = CpuShare(), CpuShare(), CpuShare()
+    sharep4, sharep6 = CpuShare(), CpuShare()
     steal0 = steal_ticks()
     for r in range(R):
         p256.clear()
-        with share:
+        with share, share4:
             s = p256.run(fr4)
         res["ip4_mpps"].append(fr4.n / s / 1e6)
         nodes4.append(p256.nodes())
         c4 = p256.counters()
-        s, nout, _ = timed_py(pyf.forward4, py4)
+        with sharep4:
+            s, nout, _ = timed_py(pyf.forward4, py4)
         res["py4_kpps"].append(len(py4) / s / 1e3)
         p256.clear()
-        with share:
+        with share, share6:
             s = p256.run(fr6)
         res["ip6_mpps"].append(fr6.n / s / 1e6)
         nodes6.append(p256.nodes())
         c6 = p256.counters()
-        s, nout6, _ = timed_py(pyf.forward6, py6)
+        with sharep6:
+            s, nout6, _ = timed_py(pyf.forward6, py6)
         res["py6_kpps"].append(len(py6) / s / 1e3)
         t4, t6, v4, v6 = bare_lookup(fib, fr4, fr6)
         res["lookup4_mlps"].append(fr4.n / t4 / 1e6)
@@ -732,9 +735,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     trivial_us = trivial_call_s(200000) * 1e6
 
     # -- results -------------------------------------------------------------------------------
+    res["ip4_cpu_mpps"] = [m / c for m, c in zip(res["ip4_mpps"], share4.shares, strict=True)]
+    res["ip6_cpu_mpps"] = [m / c for m, c in zip(res["ip6_mpps"], share6.shares, strict=True)]
+    res["py4_cpu_kpps"] = [k / c for k, c in zip(res["py4_kpps"], sharep4.shares, strict=True)]
+    res["py6_cpu_kpps"] = [k / c for k, c in zip(res["py6_kpps"], sharep6.shares, strict=True)]
     S = {k: summary(v) for k, v in res.items()}
     ratio4 = summary([a * 1e3 / b for a, b in zip(res["ip4_mpps"], res["py4_kpps"], strict=True)])
     ratio6 = summary([a * 1e3 / b for a, b in zip(res["ip6_mpps"], res["py6_kpps"], strict=True)])
+    ratio4_cpu = summary([a * 1e3 / b for a, b in
+                          zip(res["ip4_cpu_mpps"], res["py4_cpu_kpps"], strict=True)])
+    ratio6_cpu = summary([a * 1e3 / b for a, b in
+                          zip(res["ip6_cpu_mpps"], res["py6_cpu_kpps"], strict=True)])
     B = {k: summary([m[k] for m in builds]) for k in builds[0]}
     tables_mb = B["ip4_nbytes_mb"]["median"] + B["ip6_nbytes_mb"]["median"]
     rss_mb = B["total_rss_mb"]["median"]
@@ -771,6 +782,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "forwarding": S,
         "ratio_ip4": ratio4,
         "ratio_ip6": ratio6,
+        "ratio_ip4_cpu": ratio4_cpu,
+        "ratio_ip6_cpu": ratio6_cpu,
         "nodes_ip4": node_table(nodes4),
         "nodes_ip6": node_table(nodes6),
         "trivial_njit_call_us": trivial_us,
@@ -816,6 +829,9 @@ def print_text(R: dict[str, Any]) -> None:
     print(f"Forwarding ({c['packets']} frames per family, vector 256, Graph.run incl. load)")
     print(f"  IPv4 {c['frame4_bytes']} B   {fmt_summary(S['ip4_mpps'], 'Mpps')}")
     print(f"  IPv6 {c['frame6_bytes']} B   {fmt_summary(S['ip6_mpps'], 'Mpps')}")
+    print(f"  IPv4 per CPU-second  {fmt_summary(S['ip4_cpu_mpps'], 'Mpps')} (packets / process "
+          f"CPU time: the rate with the core to itself, cache sharing aside)")
+    print(f"  IPv6 per CPU-second  {fmt_summary(S['ip6_cpu_mpps'], 'Mpps')}")
     print(f"  IPv4 vector   64   {fmt_summary(S['ip4_vs64_mpps'], 'Mpps')}")
     print(f"  IPv4 vector  256   {fmt_summary(S['ip4_mpps'], 'Mpps')}")
     print(f"  IPv4 vector 1024   {fmt_summary(S['ip4_vs1024_mpps'], 'Mpps')}")
@@ -826,6 +842,8 @@ def print_text(R: dict[str, Any]) -> None:
     print(f"  Python+pytricia IPv6  {fmt_summary(S['py6_kpps'], 'kpps', 0)}")
     print(f"  ratio IPv4            {fmt_summary(R['ratio_ip4'], 'x', 0)}")
     print(f"  ratio IPv6            {fmt_summary(R['ratio_ip6'], 'x', 0)}")
+    print(f"  ratio per CPU-second  IPv4 {fmt_summary(R['ratio_ip4_cpu'], 'x', 0)}, IPv6 "
+          f"{fmt_summary(R['ratio_ip6_cpu'], 'x', 0)}")
     print(f"  same output bytes as the Python forwarder (first batch): {R['python_agrees']}")
     print()
     print("Where the time goes (vector 256)")

@@ -124,7 +124,7 @@ def run(ports: list[tuple[str, bytes]], routes: list[tuple[str, str, bytes]]) ->
                     counts["ttl_expired"] += 1
                     continue
                 dst = (buf[30] << 24) | (buf[31] << 16) | (buf[32] << 8) | buf[33]
-                for net, mask, out, l2 in rt:
+                for net, mask, out, l2 in rt:  # noqa: B007 - used after the break
                     if dst & mask == net:
                         break
                 else:

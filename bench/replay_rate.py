@@ -236,6 +236,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    f"({e2e:.3f} s: read {res['read_s'][-1]:.3f}, process+write "
                    f"{rr.seconds:.3f}; process alone {proc_s:.3f})")
     n = args.packets
+    res["e2e_cpu_mpps"] = [m / c for m, c in zip(res["e2e_mpps"], share.shares, strict=True)]
     S = {k: summary(v) for k, v in res.items()}
     write_s = [pw - p for pw, p in zip(res["process_write_s"], res["process_s"], strict=True)]
     S["write_s"] = summary(write_s)
@@ -274,6 +275,8 @@ def print_text(R: dict[str, Any]) -> None:
     print()
     print(f"  end to end        {fmt_summary(S['e2e_mpps'], 'Mpps')}   "
           f"({pp['e2e_s']:.0f} ns/packet)")
+    print(f"  per CPU-second    {fmt_summary(S['e2e_cpu_mpps'], 'Mpps')}   (packets / process "
+          f"CPU time)")
     print(f"  read + merge      {fmt_summary(S['read_s'], 's', 3)}   "
           f"({pp['read_s']:.0f} ns/packet)")
     print(f"  process           {fmt_summary(S['process_s'], 's', 3)}   "

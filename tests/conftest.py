@@ -313,7 +313,7 @@ def assert_sums(frame: bytes) -> None:
         plen, nh = int.from_bytes(ip[4:6], "big"), ip[6]
         if nh in (6, 17, 58):
             pseudo = ip[8:40] + plen.to_bytes(4, "big") + bytes([0, 0, 0, nh])
-            assert inet_sum(pseudo + ip[40:40 + plen]) == 0xFFFF, "ip6 upper-layer checksum"
+            assert inet_sum(pseudo + ip[40 : 40 + plen]) == 0xFFFF, "ip6 upper-layer checksum"
 
 
 def ip4_header_ok(hdr: bytes) -> bool:

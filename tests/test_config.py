@@ -91,40 +91,82 @@ def test_demo_config() -> None:
 BAD = [
     # (appended text, key that must be named, words of the problem)
     ("bogus = 1\n", "bogus", "unknown key"),
-    ('[[routes]]\nprefix = "203.0.113.0/24"\nvia = "192.0.2.2"\ncolour = "red"\n',
-     "routes[0].colour", "unknown key"),
-    ('[icmp]\nrate = 5\nburts = 3\n', "icmp.burts", "unknown key"),
-    ('[[routes]]\nprefix = "203.0.113.0/33"\nvia = "192.0.2.2"\n', "routes[0].prefix",
-     "not a prefix"),
+    (
+        '[[routes]]\nprefix = "203.0.113.0/24"\nvia = "192.0.2.2"\ncolour = "red"\n',
+        "routes[0].colour",
+        "unknown key",
+    ),
+    ("[icmp]\nrate = 5\nburts = 3\n", "icmp.burts", "unknown key"),
+    (
+        '[[routes]]\nprefix = "203.0.113.0/33"\nvia = "192.0.2.2"\n',
+        "routes[0].prefix",
+        "not a prefix",
+    ),
     ('[[routes]]\nprefix = "not-a-net"\nvia = "192.0.2.2"\n', "routes[0].prefix", "not a prefix"),
-    ('[[routes]]\nprefix = "203.0.113.0/24"\nvia = "192.0.2.300"\n', "routes[0].via",
-     "not an IPv4 or IPv6 address"),
-    ('[[routes]]\nprefix = "203.0.113.0/24"\nvia = [5]\n', "routes[0].via",
-     "not an IPv4 or IPv6 address"),
-    ('[[routes]]\nprefix = "203.0.113.0/24"\nvia = "2001:db8:2::9"\n', "routes[0].via",
-     "not IPv4"),
-    ('[[routes]]\nprefix = "203.0.113.0/24"\nvia = "10.9.9.9"\n', "routes[0]",
-     "not on a connected subnet"),
-    ('[[routes]]\nprefix = "2001:db8:9::/48"\nvia = "2001:db8:77::1"\n', "routes[0]",
-     "not on a connected subnet"),
+    (
+        '[[routes]]\nprefix = "203.0.113.0/24"\nvia = "192.0.2.300"\n',
+        "routes[0].via",
+        "not an IPv4 or IPv6 address",
+    ),
+    (
+        '[[routes]]\nprefix = "203.0.113.0/24"\nvia = [5]\n',
+        "routes[0].via",
+        "not an IPv4 or IPv6 address",
+    ),
+    ('[[routes]]\nprefix = "203.0.113.0/24"\nvia = "2001:db8:2::9"\n', "routes[0].via", "not IPv4"),
+    (
+        '[[routes]]\nprefix = "203.0.113.0/24"\nvia = "10.9.9.9"\n',
+        "routes[0]",
+        "not on a connected subnet",
+    ),
+    (
+        '[[routes]]\nprefix = "2001:db8:9::/48"\nvia = "2001:db8:77::1"\n',
+        "routes[0]",
+        "not on a connected subnet",
+    ),
     ('[[routes]]\nprefix = "203.0.113.0/24"\n', "routes[0].via", "needs via"),
-    ('[[routes]]\nprefix = "203.0.113.0/24"\ndev = "eth7"\n', "routes[0].dev",
-     "no interface named"),
-    ('[[routes]]\nprefix = "203.0.113.0/24"\nvia = ["192.0.2.2", "192.0.2.3"]\nweights = [1]\n',
-     "routes[0].weights", "weight"),
-    ('[[routes]]\nprefix = "203.0.113.0/24"\nvia = ["192.0.2.2", "192.0.2.3"]\n'
-     'weights = [64, 64]\n', "routes[0].weights", "at most 64"),
-    ('[[neighbors]]\nip = "192.0.2.2"\nmac = "02:00:00:00:bb"\ninterface = "eth1"\n',
-     "neighbors[0].mac", "not a MAC"),
-    ('[[neighbors]]\nip = "192.0.2.2"\nmac = "02:00:00:00:bb:zz"\ninterface = "eth1"\n',
-     "neighbors[0].mac", "not a MAC"),
-    ('[[neighbors]]\nip = "192.0.2.2"\nmac = "02:00:00:00:bb:02"\ninterface = "eth9"\n',
-     "neighbors[0].interface", "no interface named"),
-    ('[[neighbors]]\nip = "192.0.2.2"\nmac = "02:00:00:00:bb:02"\n', "neighbors[0].interface",
-     "missing"),
-    ('[[neighbors]]\nip = "nope"\nmac = "02:00:00:00:bb:02"\ninterface = "eth1"\n',
-     "neighbors[0].ip", "not an IPv4 or IPv6 address"),
-    ('[icmp]\nrate = -1\n', "icmp.rate", "out of range"),
+    (
+        '[[routes]]\nprefix = "203.0.113.0/24"\ndev = "eth7"\n',
+        "routes[0].dev",
+        "no interface named",
+    ),
+    (
+        '[[routes]]\nprefix = "203.0.113.0/24"\nvia = ["192.0.2.2", "192.0.2.3"]\nweights = [1]\n',
+        "routes[0].weights",
+        "weight",
+    ),
+    (
+        '[[routes]]\nprefix = "203.0.113.0/24"\nvia = ["192.0.2.2", "192.0.2.3"]\n'
+        "weights = [64, 64]\n",
+        "routes[0].weights",
+        "at most 64",
+    ),
+    (
+        '[[neighbors]]\nip = "192.0.2.2"\nmac = "02:00:00:00:bb"\ninterface = "eth1"\n',
+        "neighbors[0].mac",
+        "not a MAC",
+    ),
+    (
+        '[[neighbors]]\nip = "192.0.2.2"\nmac = "02:00:00:00:bb:zz"\ninterface = "eth1"\n',
+        "neighbors[0].mac",
+        "not a MAC",
+    ),
+    (
+        '[[neighbors]]\nip = "192.0.2.2"\nmac = "02:00:00:00:bb:02"\ninterface = "eth9"\n',
+        "neighbors[0].interface",
+        "no interface named",
+    ),
+    (
+        '[[neighbors]]\nip = "192.0.2.2"\nmac = "02:00:00:00:bb:02"\n',
+        "neighbors[0].interface",
+        "missing",
+    ),
+    (
+        '[[neighbors]]\nip = "nope"\nmac = "02:00:00:00:bb:02"\ninterface = "eth1"\n',
+        "neighbors[0].ip",
+        "not an IPv4 or IPv6 address",
+    ),
+    ("[icmp]\nrate = -1\n", "icmp.rate", "out of range"),
     ('[router]\nvector_size = "big"\n', "router.vector_size", "expected int"),
 ]
 
@@ -139,20 +181,38 @@ BAD_INTERFACES = [
     ('[[interfaces]]\nname = "eth0"\nmac = "02:00:00:00:00"\n', "interfaces[0].mac", "not a MAC"),
     ('[[interfaces]]\nname = "eth0"\nmac = 5\n', "interfaces[0].mac", "not a MAC"),
     ('[[interfaces]]\nmac = "02:00:00:00:00:01"\n', "interfaces[0].name", "missing"),
-    ('[[interfaces]]\nname = "eth0"\naddresses = ["198.51.100.1/33"]\n', "interfaces[0].addresses",
-     "not an address"),
-    ('[[interfaces]]\nname = "eth0"\naddresses = [7]\n', "interfaces[0].addresses",
-     "not an address"),
-    ('[[interfaces]]\nname = "eth0"\naddresses = "198.51.100.1/24"\n', "interfaces[0].addresses",
-     "expected list"),
+    (
+        '[[interfaces]]\nname = "eth0"\naddresses = ["198.51.100.1/33"]\n',
+        "interfaces[0].addresses",
+        "not an address",
+    ),
+    (
+        '[[interfaces]]\nname = "eth0"\naddresses = [7]\n',
+        "interfaces[0].addresses",
+        "not an address",
+    ),
+    (
+        '[[interfaces]]\nname = "eth0"\naddresses = "198.51.100.1/24"\n',
+        "interfaces[0].addresses",
+        "expected list",
+    ),
     ('[[interfaces]]\nname = "eth0"\nmtu = 10\n', "interfaces[0].mtu", "out of range"),
     ('[[interfaces]]\nname = "eth0"\nmtu = true\n', "interfaces[0].mtu", "expected an integer"),
-    ('[[interfaces]]\nname = "eth0"\naddresses = ["2001:db8::1/64"]\nmtu = 1000\n',
-     "interfaces[0].mtu", "IPv6 minimum"),
-    ('[[interfaces]]\nname = "eth0"\n\n[[interfaces]]\nname = "eth0"\n', "interfaces[1].name",
-     "defined twice"),
-    ('[[interfaces]]\nname = "an-interface-name-too-long"\n', "interfaces[0].name",
-     "not a valid interface name"),
+    (
+        '[[interfaces]]\nname = "eth0"\naddresses = ["2001:db8::1/64"]\nmtu = 1000\n',
+        "interfaces[0].mtu",
+        "IPv6 minimum",
+    ),
+    (
+        '[[interfaces]]\nname = "eth0"\n\n[[interfaces]]\nname = "eth0"\n',
+        "interfaces[1].name",
+        "defined twice",
+    ),
+    (
+        '[[interfaces]]\nname = "an-interface-name-too-long"\n',
+        "interfaces[0].name",
+        "not a valid interface name",
+    ),
     ('[[interfaces]]\nname = "eth0"\nspeed = 10\n', "interfaces[0].speed", "unknown key"),
     ("[icmp]\nrate = 1\n", "interfaces", "at least one"),
     ('routes = 5\n[[interfaces]]\nname = "eth0"\n', "routes", "expected an array"),
@@ -160,8 +220,9 @@ BAD_INTERFACES = [
 ]
 
 
-@pytest.mark.parametrize("text,key,problem", BAD_INTERFACES,
-                         ids=[b[1] + ":" + b[2] for b in BAD_INTERFACES])
+@pytest.mark.parametrize(
+    "text,key,problem", BAD_INTERFACES, ids=[b[1] + ":" + b[2] for b in BAD_INTERFACES]
+)
 def test_bad_interfaces(tmp_path: Path, text: str, key: str, problem: str) -> None:
     f, res = run_check(tmp_path, text)
     assert_one_line_error(res, f, key, problem)
@@ -169,8 +230,13 @@ def test_bad_interfaces(tmp_path: Path, text: str, key: str, problem: str) -> No
 
 @pytest.mark.parametrize(
     "text",
-    ['[[interfaces]\nname = "eth0"\n', "name = \n", '[[interfaces]]\nname = "eth0\n',
-     "\x00\x01\x02 binary", "a = 1\na = 2\n"],
+    [
+        '[[interfaces]\nname = "eth0"\n',
+        "name = \n",
+        '[[interfaces]]\nname = "eth0\n',
+        "\x00\x01\x02 binary",
+        "a = 1\na = 2\n",
+    ],
     ids=["bracket", "no-value", "unterminated", "binary", "duplicate-key"],
 )
 def test_bad_toml(tmp_path: Path, text: str) -> None:

@@ -41,10 +41,14 @@ def ecmp_config(weights: list[int] | None = None) -> dict:
         ],
         "routes": [route4, {"prefix": "2001:db8:100::/48", "via": NH6}],
         "neighbors": [{"ip": H0_IP4, "mac": H0, "interface": "eth0"}]
-        + [{"ip": f"192.0.2.{k}", "mac": f"02:00:00:00:bb:0{k}", "interface": "eth1"}
-           for k in (2, 3, 4, 5)]
-        + [{"ip": f"2001:db8:2::{k}", "mac": f"02:00:00:00:bb:0{k}", "interface": "eth1"}
-           for k in (2, 3, 4)],
+        + [
+            {"ip": f"192.0.2.{k}", "mac": f"02:00:00:00:bb:0{k}", "interface": "eth1"}
+            for k in (2, 3, 4, 5)
+        ]
+        + [
+            {"ip": f"2001:db8:2::{k}", "mac": f"02:00:00:00:bb:0{k}", "interface": "eth1"}
+            for k in (2, 3, 4)
+        ],
     }
 
 
@@ -56,13 +60,14 @@ def _ck(hdr: bytearray) -> None:
     hdr[10:12] = struct.pack("!H", ~s & 0xFFFF)
 
 
-TEMPLATE4 = bytes(eth() / IP(src=H0_IP4, dst="203.0.113.1") / UDP(sport=1, dport=2, chksum=0)
-                  / (b"\0" * 8))
+TEMPLATE4 = bytes(
+    eth() / IP(src=H0_IP4, dst="203.0.113.1") / UDP(sport=1, dport=2, chksum=0) / (b"\0" * 8)
+)
 
 
 def flow4(src: int, dst: int, sport: int, dport: int, proto: int, payload: bytes) -> bytes:
     """A UDP/TCP-ish IPv4 frame built from a template (fast: 10,000 flows)."""
-    f = bytearray(TEMPLATE4[:14 + 28]) + payload
+    f = bytearray(TEMPLATE4[: 14 + 28]) + payload
     struct.pack_into("!H", f, 16, 28 + len(payload))
     f[14 + 9] = proto
     struct.pack_into("!I", f, 14 + 12, 0xC6336400 | src)  # 198.51.100.src
@@ -84,8 +89,15 @@ def test_ecmp_spread_and_stickiness() -> None:
     rng = random.Random(11)
     flows = set()
     while len(flows) < 10_000:
-        flows.add((rng.randrange(1, 254), rng.randrange(0, 256), rng.randrange(1024, 65536),
-                   rng.choice([53, 80, 443, rng.randrange(1, 65536)]), rng.choice([6, 17])))
+        flows.add(
+            (
+                rng.randrange(1, 254),
+                rng.randrange(0, 256),
+                rng.randrange(1024, 65536),
+                rng.choice([53, 80, 443, rng.randrange(1, 65536)]),
+                rng.choice([6, 17]),
+            )
+        )
     flows = sorted(flows)
     pkts = [flow4(*f, payload=b"first" + bytes(k % 7)) for k, f in enumerate(flows)]
     res = r.run(pkts)
@@ -104,8 +116,14 @@ def test_ecmp_spread_and_stickiness() -> None:
         q = t.pkt
         assert q[Ether].src == R1 and q[IP].ttl == 63
         assert q[IP].chksum == recomputed(q, IP, "chksum")
-        assert t.data[14:] == pkts[t.orig][14:22] + b"\x3f" + pkts[t.orig][23:24] + t.data[24:26] \
+        assert (
+            t.data[14:]
+            == pkts[t.orig][14:22]
+            + b"\x3f"
+            + pkts[t.orig][23:24]
+            + t.data[24:26]
             + pkts[t.orig][26:]
+        )
     # the same flows again, other payloads, shuffled into other batches: same next hop
     order = list(range(len(flows)))
     rng.shuffle(order)
@@ -119,8 +137,17 @@ def test_ecmp_spread_and_stickiness() -> None:
 def test_ecmp_weights() -> None:
     r = Router(ecmp_config(weights=[1, 1, 1, 5]))
     rng = random.Random(5)
-    pkts = [flow4(rng.randrange(1, 254), rng.randrange(256), rng.randrange(65536),
-                  rng.randrange(65536), 17, b"w") for _ in range(4000)]
+    pkts = [
+        flow4(
+            rng.randrange(1, 254),
+            rng.randrange(256),
+            rng.randrange(65536),
+            rng.randrange(65536),
+            17,
+            b"w",
+        )
+        for _ in range(4000)
+    ]
     res = r.run(pkts)
     share = Counter(hop_of(t.data) for t in res.tx)
     assert 0.55 < share[5] / 4000 < 0.70, share  # 5/8 expected
@@ -131,12 +158,19 @@ def test_ecmp_weights() -> None:
 def test_ecmp_v6_spread_and_stickiness() -> None:
     r = Router(ecmp_config())
     rng = random.Random(6)
-    flows = [(rng.randrange(1, 2**16), rng.randrange(1, 65536), rng.randrange(1, 65536))
-             for _ in range(1500)]
+    flows = [
+        (rng.randrange(1, 2**16), rng.randrange(1, 65536), rng.randrange(1, 65536))
+        for _ in range(1500)
+    ]
 
     def mk(f, payload):
-        return bytes(eth() / IPv6(src=f"2001:db8:1::{f[0]:x}", dst="2001:db8:100::1")
-                     / UDP(sport=f[1], dport=f[2]) / payload)
+        return bytes(
+            eth()
+            / IPv6(src=f"2001:db8:1::{f[0]:x}", dst="2001:db8:100::1")
+            / UDP(sport=f[1], dport=f[2])
+            / payload
+        )
+
     res = r.run([mk(f, b"a") for f in flows])
     hop = {k: hop_of(t.data) for k, t in ((t.orig, t) for t in res.tx)}
     assert len(hop) == len(flows)
@@ -161,12 +195,22 @@ def test_ecmp_fragments(v6: bool) -> None:
             pkts.append(base / IPv6ExtHdrFragment(offset=2, id=k, nh=17) / (b"b" * 16))
             pkts.append(base / IPv6ExtHdrFragment(offset=4, id=k, nh=17) / (b"c" * 9))
         else:
-            pkts.append(eth() / IP(src=H0_IP4, dst=f"203.0.113.{k % 250}", id=k, flags="MF")
-                        / UDP(sport=k, dport=9) / (b"x" * 8))
-            pkts.append(eth() / IP(src=H0_IP4, dst=f"203.0.113.{k % 250}", id=k, proto=17,
-                                   frag=2, flags="MF") / Raw(b"y" * 16))
-            pkts.append(eth() / IP(src=H0_IP4, dst=f"203.0.113.{k % 250}", id=k, proto=17,
-                                   frag=4) / Raw(b"z" * 9))
+            pkts.append(
+                eth()
+                / IP(src=H0_IP4, dst=f"203.0.113.{k % 250}", id=k, flags="MF")
+                / UDP(sport=k, dport=9)
+                / (b"x" * 8)
+            )
+            pkts.append(
+                eth()
+                / IP(src=H0_IP4, dst=f"203.0.113.{k % 250}", id=k, proto=17, frag=2, flags="MF")
+                / Raw(b"y" * 16)
+            )
+            pkts.append(
+                eth()
+                / IP(src=H0_IP4, dst=f"203.0.113.{k % 250}", id=k, proto=17, frag=4)
+                / Raw(b"z" * 9)
+            )
     res = r.run(pkts)
     assert len(res.tx) == len(pkts)
     assert res.drops == 0
@@ -179,8 +223,10 @@ def test_ecmp_fragments(v6: bool) -> None:
 
 def test_tcp_and_udp_same_ports_may_differ_but_are_stable() -> None:
     r = Router(ecmp_config())
-    pk = [eth() / IP(src=H0_IP4, dst="203.0.113.77") / TCP(sport=5000 + k, dport=443)
-          for k in range(64)]
+    pk = [
+        eth() / IP(src=H0_IP4, dst="203.0.113.77") / TCP(sport=5000 + k, dport=443)
+        for k in range(64)
+    ]
     h1 = [hop_of(t.data) for t in r.run(pk).tx]
     h2 = [hop_of(t.data) for t in r.run(pk[::-1]).tx][::-1]
     assert h1 == h2

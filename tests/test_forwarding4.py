@@ -338,6 +338,13 @@ def test_ping_router(router: Router, dst: str) -> None:
     assert_checksums(q)
 
 
+def test_ping_router_with_ttl1(router: Router) -> None:
+    """TTL is only checked when forwarding: a TTL-1 packet to us is delivered."""
+    res = router.run([eth() / IP(src=H0_IP4, dst=R0_IP4, ttl=1) / ICMP(id=1, seq=1) / b"x"])
+    assert res.c("echo-reply-sent") == 1 and res.c("ttl-expired") == 0
+    assert res.tx[0].pkt[ICMP].type == 0
+
+
 def test_echo_reply_costs_one_extra_lookup(router: Router) -> None:
     """The echo request is looked up once (it is for us), the reply once more."""
     res = router.run([eth() / IP(src=H0_IP4, dst=R0_IP4) / ICMP() / b"x"])

@@ -26,15 +26,15 @@ from hypothesis import strategies as st
 from scapy.layers.inet import (
     IP,
     UDP,
+    IPOption,
     IPOption_LSRR,
     IPOption_NOP,
     IPOption_RR,
     IPOption_Security,
-    IPOption,
+    defragment,
 )
 from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
-from scapy.layers.inet import defragment
 
 _ROUTERS: dict[int, Router] = {}
 
@@ -60,7 +60,7 @@ def copied_options(opt_bytes: bytes) -> bytes:
             continue
         ln = opt_bytes[p + 1]
         if t & 0x80:
-            out += opt_bytes[p:p + ln]
+            out += opt_bytes[p : p + ln]
         p += ln
     return out + b"\0" * (-len(out) % 4)
 
@@ -101,7 +101,7 @@ def check_fragments(sent, frags, mtu: int, base: int = 0, last_mf: bool = False)
         if not last:
             assert len(piece) % 8 == 0 and len(piece) > 0
         assert bool(ip.flags.MF) == (not last or last_mf)
-        assert piece == data[pos:pos + len(piece)]
+        assert piece == data[pos : pos + len(piece)]
         pos += len(piece)
     assert pos == len(data), "all data carried, once"
 
@@ -116,13 +116,18 @@ def run_one(mtu: int, p):
 @pytest.mark.parametrize("mtu", [68, 100, 576, 1006, 1280, 1499])
 def test_fragment_and_reassemble(mtu: int) -> None:
     payload = bytes(random.Random(mtu).randbytes(1700))
-    p = eth() / IP(src=H0_IP4, dst=DST4_SMALL, id=0x4242, ttl=30, tos=0x10) / UDP(
-        sport=1000, dport=2000) / Raw(payload)
+    p = (
+        eth()
+        / IP(src=H0_IP4, dst=DST4_SMALL, id=0x4242, ttl=30, tos=0x10)
+        / UDP(sport=1000, dport=2000)
+        / Raw(payload)
+    )
     res = run_one(mtu, p)
     n = -(-(len(bytes(p[IP])) - 20) // ((mtu - 20) // 8 * 8))
     assert len(res.tx) == n
     assert res.c("fragments-created") == n
     assert res.c("ip4-forwarded") == 1
+    assert res.c("fib-lookups") == 1, "fragments reuse the packet's one lookup"
     check_fragments(p, res.tx, mtu)
     whole = defragment([t.pkt[IP] for t in res.tx])
     assert len(whole) == 1
@@ -137,10 +142,16 @@ def test_fragment_and_reassemble(mtu: int) -> None:
 
 @pytest.mark.parametrize("mtu", [68, 120, 576])
 def test_fragment_options_copy_flag(mtu: int) -> None:
-    opts = [IPOption_RR(routers=["0.0.0.0"] * 2), IPOption_Security(
-        security=0, compartment=0, handling_restrictions=0, transmission_control_code=b"xyz"),
-        IPOption_NOP(), IPOption_LSRR(routers=["192.0.2.66"]),
-        IPOption(b"\x44\x08\x05\x00\x00\x00\x00\x00"), IPOption_NOP()]  # timestamp
+    opts = [
+        IPOption_RR(routers=["0.0.0.0"] * 2),
+        IPOption_Security(
+            security=0, compartment=0, handling_restrictions=0, transmission_control_code=b"xyz"
+        ),
+        IPOption_NOP(),
+        IPOption_LSRR(routers=["192.0.2.66"]),
+        IPOption(b"\x44\x08\x05\x00\x00\x00\x00\x00"),
+        IPOption_NOP(),
+    ]  # timestamp
     p = eth() / IP(src=H0_IP4, dst=DST4_SMALL, options=opts) / UDP() / (b"o" * 700)
     hdr = bytes(p[IP])
     ihl = (hdr[0] & 15) * 4
@@ -162,8 +173,11 @@ def test_refragment_keeps_offset_base_and_mf(last_mf: bool) -> None:
     """A fragment (offset 800, MF as given) split again: pieces start at 800, contiguous,
     the last piece keeps the original MF bit."""
     data = bytes(range(256)) * 4
-    p = eth() / IP(src=H0_IP4, dst=DST4_SMALL, id=7, frag=100, flags="MF" if last_mf else 0,
-                   proto=17) / Raw(data)
+    p = (
+        eth()
+        / IP(src=H0_IP4, dst=DST4_SMALL, id=7, frag=100, flags="MF" if last_mf else 0, proto=17)
+        / Raw(data)
+    )
     res = run_one(SMALL_MTU, p)
     check_fragments(p, res.tx, SMALL_MTU, base=800, last_mf=last_mf)
 
@@ -184,12 +198,19 @@ def test_exact_mtu_not_fragmented() -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(size=st.integers(0, 1900), mtu=st.sampled_from([68, 96, 200, 576, 1000, 1500]),
-       nopts=st.integers(0, 3))
+@given(
+    size=st.integers(0, 1900),
+    mtu=st.sampled_from([68, 96, 200, 576, 1000, 1500]),
+    nopts=st.integers(0, 3),
+)
 def test_fragment_property(size: int, mtu: int, nopts: int) -> None:
-    opts = [IPOption_Security(security=1, compartment=0, handling_restrictions=0,
-                              transmission_control_code=b"abc"),
-            IPOption_RR(routers=["0.0.0.0"]), IPOption_NOP()][:nopts]
+    opts = [
+        IPOption_Security(
+            security=1, compartment=0, handling_restrictions=0, transmission_control_code=b"abc"
+        ),
+        IPOption_RR(routers=["0.0.0.0"]),
+        IPOption_NOP(),
+    ][:nopts]
     p = eth() / IP(src=H0_IP4, dst=DST4_SMALL, options=opts, id=size) / Raw(b"\xab" * size)
     res = run_one(mtu, p)
     tot = len(bytes(p[IP]))
@@ -205,8 +226,10 @@ def test_many_fragments_batch_runs_out_of_slots() -> None:
     """A full vector of big packets into a 68-byte MTU needs more slots than the batch has:
     the packets that do not fit are dropped as frag-no-buffer, the others are complete."""
     r = router_for(68)
-    pkts = [eth() / IP(src=H0_IP4, dst=DST4_SMALL, id=k) / Raw(bytes([k % 256]) * 1400)
-            for k in range(256)]
+    pkts = [
+        eth() / IP(src=H0_IP4, dst=DST4_SMALL, id=k) / Raw(bytes([k % 256]) * 1400)
+        for k in range(256)
+    ]
     res = r.run(pkts)
     res.check_accounting()
     done = sorted({t.orig for t in res.tx})

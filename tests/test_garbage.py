@@ -22,7 +22,6 @@ from conftest import (
     H0_IP4,
     H0_IP6,
     N1,
-    R0,
     R0_IP4,
     R0_IP6,
     R1,
@@ -52,11 +51,21 @@ from scapy.layers.l2 import ARP, Ether
 
 VALID = [
     bytes(eth() / IP(src=H0_IP4, dst=DST4, ttl=9) / UDP(sport=1, dport=2) / (b"v" * 40)),
-    bytes(eth() / IP(src=H0_IP4, dst="203.0.113.77", options=[IPOption_RR(routers=["0.0.0.0"])])
-          / TCP(sport=3, dport=4) / b"opt"),
+    bytes(
+        eth()
+        / IP(src=H0_IP4, dst="203.0.113.77", options=[IPOption_RR(routers=["0.0.0.0"])])
+        / TCP(sport=3, dport=4)
+        / b"opt"
+    ),
     bytes(eth() / IPv6(src=H0_IP6, dst=DST6) / UDP(sport=5, dport=6) / (b"w" * 33)),
-    bytes(eth() / IPv6(src=H0_IP6, dst=DST6) / IPv6ExtHdrHopByHop() / IPv6ExtHdrFragment(m=1)
-          / UDP() / (b"x" * 16)),
+    bytes(
+        eth()
+        / IPv6(src=H0_IP6, dst=DST6)
+        / IPv6ExtHdrHopByHop()
+        / IPv6ExtHdrFragment(m=1)
+        / UDP()
+        / (b"x" * 16)
+    ),
     bytes(eth() / IP(src=H0_IP4, dst=DST4_SMALL) / UDP() / (b"F" * 1000)),  # fragmented
     bytes(Ether(dst=R1, src=N1) / IP(src="203.0.113.3", dst=H0_IP4) / ICMP() / b"back"),
 ]
@@ -73,17 +82,41 @@ SEEDS = VALID + [
     bytes(eth() / IP(src=H0_IP4, dst=DST4_SMALL, flags="DF") / UDP() / (b"D" * 900)),
     bytes(eth() / IPv6(src=H0_IP6, dst=DST6_SMALL) / UDP() / (b"B" * 1300)),
     bytes(eth() / IP(src=H0_IP4, dst=DST4_INCOMPLETE) / UDP()),
-    bytes(eth() / IP(src=H0_IP4, dst=DST4_SMALL, options=[IPOption_Security(
-        security=0, compartment=0, handling_restrictions=0, transmission_control_code=b"abc")])
-        / UDP() / (b"o" * 1200)),
-    bytes(eth() / IPv6(src=H0_IP6, dst=DST6) / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt()
-          / IPv6ExtHdrRouting() / IPv6ExtHdrFragment(offset=3) / (b"r" * 24)),
+    bytes(
+        eth()
+        / IP(
+            src=H0_IP4,
+            dst=DST4_SMALL,
+            options=[
+                IPOption_Security(
+                    security=0,
+                    compartment=0,
+                    handling_restrictions=0,
+                    transmission_control_code=b"abc",
+                )
+            ],
+        )
+        / UDP()
+        / (b"o" * 1200)
+    ),
+    bytes(
+        eth()
+        / IPv6(src=H0_IP6, dst=DST6)
+        / IPv6ExtHdrHopByHop()
+        / IPv6ExtHdrDestOpt()
+        / IPv6ExtHdrRouting()
+        / IPv6ExtHdrFragment(offset=3)
+        / (b"r" * 24)
+    ),
     bytes(eth() / IPv6(src=H0_IP6, dst=DST6, hlim=1) / ICMPv6DestUnreach() / IPv6() / UDP()),
     bytes(eth() / IP(src=H0_IP4, dst=DST4, ttl=1) / ICMP(type=3) / IP() / UDP()),
 ]
 
-RNG_SETTINGS = settings(max_examples=100, deadline=None,
-                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+RNG_SETTINGS = settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _fix_ip4_checksum(f: bytearray) -> None:
@@ -94,13 +127,12 @@ def _fix_ip4_checksum(f: bytearray) -> None:
     if ihl < 20 or 14 + ihl > len(f):
         return
     f[24:26] = b"\0\0"
-    f[24:26] = struct.pack("!H", inet_checksum(bytes(f[14:14 + ihl])))
+    f[24:26] = struct.pack("!H", inet_checksum(bytes(f[14 : 14 + ihl])))
 
 
 @st.composite
 def garbage(draw) -> bytes:
-    kind = draw(st.sampled_from(["random", "random-l3", "truncate", "flip", "lie", "lie",
-                                 "huge"]))
+    kind = draw(st.sampled_from(["random", "random-l3", "truncate", "flip", "lie", "lie", "huge"]))
     if kind == "random":
         return draw(st.binary(min_size=0, max_size=120))
     if kind == "random-l3":
@@ -114,7 +146,7 @@ def garbage(draw) -> bytes:
         return bytes(f)
     seed = bytearray(draw(st.sampled_from(SEEDS)))
     if kind == "truncate":
-        return bytes(seed[:draw(st.integers(0, len(seed) - 1))])
+        return bytes(seed[: draw(st.integers(0, len(seed) - 1))])
     if kind == "flip":
         for _ in range(draw(st.integers(1, 8))):
             k = draw(st.integers(0, len(seed) * 8 - 1))
@@ -138,11 +170,11 @@ def garbage(draw) -> bytes:
         seed[54] = draw(st.sampled_from([0, 6, 17, 43, 44, 58, 59, 60, 255]))
     elif fld == "l4" and len(seed) > 40:
         k = draw(st.integers(34, min(len(seed), 80) - 2))
-        seed[k:k + 2] = struct.pack("!H", draw(st.integers(0, 0xFFFF)))
+        seed[k : k + 2] = struct.pack("!H", draw(st.integers(0, 0xFFFF)))
     elif fld == "arp" and seed[12:14] == b"\x08\x06":
         seed[18 + draw(st.integers(0, 1))] = draw(st.integers(0, 255))
     else:
-        seed = seed[:draw(st.integers(0, len(seed)))]
+        seed = seed[: draw(st.integers(0, len(seed)))]
     _fix_ip4_checksum(seed)
     return bytes(seed)
 
@@ -171,13 +203,21 @@ _ROUTER = Router()
 
 
 @RNG_SETTINGS
-@given(junk=st.lists(st.tuples(garbage(), st.sampled_from(["eth0", "eth1", "eth2", "eth3"])),
-                     min_size=1, max_size=40),
-       slots=st.data())
+@given(
+    junk=st.lists(
+        st.tuples(garbage(), st.sampled_from(["eth0", "eth1", "eth2", "eth3"])),
+        min_size=1,
+        max_size=40,
+    ),
+    slots=st.data(),
+)
 def test_garbage_mixed_with_valid(junk, slots) -> None:
     n = len(VALID) + len(junk)
-    pos = sorted(slots.draw(st.lists(st.integers(0, n - 1), min_size=len(VALID),
-                                     max_size=len(VALID), unique=True)))
+    pos = sorted(
+        slots.draw(
+            st.lists(st.integers(0, n - 1), min_size=len(VALID), max_size=len(VALID), unique=True)
+        )
+    )
     items: list = [None] * n
     for k, p in enumerate(pos):
         items[p] = (VALID_RX[k], VALID[k])
@@ -204,7 +244,7 @@ def test_garbage_only_every_output_parses(frames) -> None:
         # transit packets keep whatever upper-layer checksum they came with; what the
         # router wrote itself (errors, echo replies: from one of its addresses) must be right
         if type(ip) is IP:  # the outer header (an IPv6 packet may carry IPv4 inside)
-            assert inet_checksum(bytes(ip)[:ip.ihl * 4]) == 0
+            assert inet_checksum(bytes(ip)[: ip.ihl * 4]) == 0
             assert len(t.data) == 14 + ip.len
             if ip.src in OURS and not (ip.flags.MF or ip.frag):
                 assert_checksums(q)

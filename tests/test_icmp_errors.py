@@ -45,8 +45,18 @@ from scapy.layers.l2 import ARP, Ether
 V4_MAX, V6_MAX = 576, 1280
 
 
-def check_error4(tx, sent, typ: int, code: int, *, src: str = R0_IP4, ifname: str = "eth0",
-                 dst_mac: str = H0, src_mac: str = R0, param: bytes = b"\0\0\0\0") -> None:
+def check_error4(
+    tx,
+    sent,
+    typ: int,
+    code: int,
+    *,
+    src: str = R0_IP4,
+    ifname: str = "eth0",
+    dst_mac: str = H0,
+    src_mac: str = R0,
+    param: bytes = b"\0\0\0\0",
+) -> None:
     """The frame is a correct ICMPv4 error about ``sent`` (an Ether/IP scapy packet)."""
     assert tx.ifname == ifname
     q = tx.pkt
@@ -68,8 +78,18 @@ def check_error4(tx, sent, typ: int, code: int, *, src: str = R0_IP4, ifname: st
     assert_checksums(q)
 
 
-def check_error6(tx, sent, typ: int, code: int, *, src: str = R0_IP6, ifname: str = "eth0",
-                 dst_mac: str = H0, src_mac: str = R0, param: bytes = b"\0\0\0\0") -> None:
+def check_error6(
+    tx,
+    sent,
+    typ: int,
+    code: int,
+    *,
+    src: str = R0_IP6,
+    ifname: str = "eth0",
+    dst_mac: str = H0,
+    src_mac: str = R0,
+    param: bytes = b"\0\0\0\0",
+) -> None:
     assert tx.ifname == ifname
     q = tx.pkt
     assert q[Ether].dst == dst_mac and q[Ether].src == src_mac and q[Ether].type == 0x86DD
@@ -92,8 +112,12 @@ def check_error6(tx, sent, typ: int, code: int, *, src: str = R0_IP6, ifname: st
 
 @pytest.mark.parametrize("size", [0, 100, 520, 548, 549, 1400])
 def test_time_exceeded4(router: Router, size: int) -> None:
-    p = eth() / IP(src=H0_IP4, dst=DST4, ttl=1, id=99) / UDP(sport=33434, dport=33435) / (
-        b"T" * size)
+    p = (
+        eth()
+        / IP(src=H0_IP4, dst=DST4, ttl=1, id=99)
+        / UDP(sport=33434, dport=33435)
+        / (b"T" * size)
+    )
     res = router.run([p])
     assert res.c("ttl-expired") == 1 and res.c("icmp-error-sent") == 1
     assert res.c("fib-lookups") == 2, "one lookup for the packet, one for the error"
@@ -151,32 +175,55 @@ def test_echo_request_with_ttl1_gets_error(router: Router) -> None:
     "p,counter",
     [
         # the original is itself an ICMP error
-        (eth() / IP(src=H0_IP4, dst=DST4, ttl=1) / ICMP(type=3, code=1) / IP(src=DST4, dst=H0_IP4)
-         / UDP(), "ttl-expired"),
+        (
+            eth()
+            / IP(src=H0_IP4, dst=DST4, ttl=1)
+            / ICMP(type=3, code=1)
+            / IP(src=DST4, dst=H0_IP4)
+            / UDP(),
+            "ttl-expired",
+        ),
         (eth() / IP(src=H0_IP4, dst=DST4_NOROUTE) / ICMP(type=11) / IP() / UDP(), "no-route"),
-        (eth() / IP(src=H0_IP4, dst=DST4_SMALL, flags="DF") / ICMP(type=12) / (b"z" * 900),
-         "mtu-exceeded"),
+        (
+            eth() / IP(src=H0_IP4, dst=DST4_SMALL, flags="DF") / ICMP(type=12) / (b"z" * 900),
+            "mtu-exceeded",
+        ),
         # non-first fragments
         (eth() / IP(src=H0_IP4, dst=DST4, ttl=1, frag=10) / (b"f" * 16), "ttl-expired"),
-        (eth() / IP(src=H0_IP4, dst=DST4_NOROUTE, frag=3, flags="MF") / (b"f" * 16),
-         "no-route"),
+        (eth() / IP(src=H0_IP4, dst=DST4_NOROUTE, frag=3, flags="MF") / (b"f" * 16), "no-route"),
         # link-layer broadcast / multicast destination
         (Ether(dst=BCAST, src=H0) / IP(src=H0_IP4, dst=DST4, ttl=1) / UDP(), "ttl-expired"),
-        (Ether(dst="01:00:5e:00:00:01", src=H0) / IP(src=H0_IP4, dst=DST4_NOROUTE) / UDP(),
-         "no-route"),
+        (
+            Ether(dst="01:00:5e:00:00:01", src=H0) / IP(src=H0_IP4, dst=DST4_NOROUTE) / UDP(),
+            "no-route",
+        ),
         # IP broadcast / multicast destination (never routed, so never answered)
         (eth() / IP(src=H0_IP4, dst="255.255.255.255", ttl=1) / UDP(), "local-unhandled"),
-        (Ether(dst="01:00:5e:00:00:05", src=H0) / IP(src=H0_IP4, dst="224.0.0.5", ttl=1) / UDP(),
-         "ip4-dst-multicast"),
+        (
+            Ether(dst="01:00:5e:00:00:05", src=H0) / IP(src=H0_IP4, dst="224.0.0.5", ttl=1) / UDP(),
+            "ip4-dst-multicast",
+        ),
         # invalid sources are dropped before anything could answer them
         (eth() / IP(src="0.0.0.0", dst=DST4, ttl=1) / UDP(), "martian-source"),
         (eth() / IP(src="127.0.0.1", dst=DST4_NOROUTE) / UDP(), "martian-source"),
         (eth() / IP(src="224.1.1.1", dst=DST4, ttl=1) / UDP(), "martian-source"),
         (eth() / IP(src="255.255.255.255", dst=DST4, ttl=1) / UDP(), "martian-source"),
     ],
-    ids=["icmp-err-ttl", "icmp-err-noroute", "icmp-err-mtu", "nonfirst-ttl", "nonfirst-noroute",
-         "l2-bcast", "l2-mcast", "l3-bcast", "l3-mcast", "src0", "src127", "src-mcast",
-         "src-bcast"],
+    ids=[
+        "icmp-err-ttl",
+        "icmp-err-noroute",
+        "icmp-err-mtu",
+        "nonfirst-ttl",
+        "nonfirst-noroute",
+        "l2-bcast",
+        "l2-mcast",
+        "l3-bcast",
+        "l3-mcast",
+        "src0",
+        "src127",
+        "src-mcast",
+        "src-bcast",
+    ],
 )
 def test_no_error4(router: Router, p, counter: str) -> None:
     res = router.run([p])
@@ -192,10 +239,23 @@ def test_first_fragment_gets_error(router: Router) -> None:
     check_error4(res.tx[0], p, 11, 0)
 
 
+def test_ttl_checked_before_mtu(router: Router) -> None:
+    """RFC 1812 5.2.1 order: an expiring packet that is also too big gets time exceeded."""
+    p = eth() / IP(src=H0_IP4, dst=DST4_SMALL, ttl=1, flags="DF") / UDP() / (b"x" * 900)
+    res = router.run([p])
+    assert res.c("ttl-expired") == 1 and res.c("mtu-exceeded") == 0
+    check_error4(res.tx[0], p, 11, 0)
+    p6 = eth() / IPv6(src=H0_IP6, dst=DST6_SMALL, hlim=1) / UDP() / (b"x" * 1300)
+    res = router.run([p6])
+    assert res.c("ttl-expired") == 1 and res.c("mtu-exceeded") == 0
+    check_error6(res.tx[0], p6, 3, 0)
+
+
 def test_no_route_back(router: Router) -> None:
     p = eth() / IP(src="198.18.7.7", dst=DST4, ttl=1) / UDP()
     res = router.run([p])
     assert res.c("ttl-expired") == 1 and res.c("icmp-error-no-route") == 1
+    assert res.c("fib-lookups") == 2  # the failed lookup for the error counts too
     assert res.tx == []
     res.check_accounting()
 
@@ -296,22 +356,36 @@ def test_error6_source_is_egress_interface_address(router: Router) -> None:
 @pytest.mark.parametrize(
     "p,counter",
     [
-        (eth() / IPv6(src=H0_IP6, dst=DST6, hlim=1) / ICMPv6DestUnreach() / IPv6() / UDP(),
-         "ttl-expired"),
-        (eth() / IPv6(src=H0_IP6, dst=DST6_NOROUTE) / ICMPv6TimeExceeded() / IPv6(),
-         "no-route"),
-        (eth() / IPv6(src=H0_IP6, dst=DST6_SMALL) / ICMPv6DestUnreach() / (b"z" * 1300),
-         "mtu-exceeded"),
-        (Ether(dst="33:33:00:00:00:01", src=H0) / IPv6(src=H0_IP6, dst=DST6, hlim=1) / UDP(),
-         "ttl-expired"),
+        (
+            eth() / IPv6(src=H0_IP6, dst=DST6, hlim=1) / ICMPv6DestUnreach() / IPv6() / UDP(),
+            "ttl-expired",
+        ),
+        (eth() / IPv6(src=H0_IP6, dst=DST6_NOROUTE) / ICMPv6TimeExceeded() / IPv6(), "no-route"),
+        (
+            eth() / IPv6(src=H0_IP6, dst=DST6_SMALL) / ICMPv6DestUnreach() / (b"z" * 1300),
+            "mtu-exceeded",
+        ),
+        (
+            Ether(dst="33:33:00:00:00:01", src=H0) / IPv6(src=H0_IP6, dst=DST6, hlim=1) / UDP(),
+            "ttl-expired",
+        ),
         (Ether(dst=BCAST, src=H0) / IPv6(src=H0_IP6, dst=DST6_NOROUTE) / UDP(), "no-route"),
         (eth() / IPv6(src="fe80::1", dst=DST6, hlim=1) / UDP(), "ip6-link-local"),
         (eth() / IPv6(src="::1", dst=DST6, hlim=1) / UDP(), "ip6-bad-source"),
         (eth() / IPv6(src="ff0e::1", dst=DST6, hlim=1) / UDP(), "ip6-bad-source"),
         (eth() / IPv6(src=H0_IP6, dst="ff0e::1", hlim=1) / UDP(), "ip6-dst-multicast"),
     ],
-    ids=["icmp-err-hlim", "icmp-err-noroute", "icmp-err-ptb", "l2-mcast", "l2-bcast",
-         "src-ll", "src-loopback", "src-mcast", "dst-mcast"],
+    ids=[
+        "icmp-err-hlim",
+        "icmp-err-noroute",
+        "icmp-err-ptb",
+        "l2-mcast",
+        "l2-bcast",
+        "src-ll",
+        "src-loopback",
+        "src-mcast",
+        "dst-mcast",
+    ],
 )
 def test_no_error6(router: Router, p, counter: str) -> None:
     res = router.run([p])
@@ -322,9 +396,13 @@ def test_no_error6(router: Router, p, counter: str) -> None:
 
 
 def test_echo6_hlim1_and_fragment_get_errors(router: Router) -> None:
-    pkts = [eth() / IPv6(src=H0_IP6, dst=DST6, hlim=1) / ICMPv6EchoRequest(data=b"tr"),
-            eth() / IPv6(src=H0_IP6, dst=DST6, hlim=1) / IPv6ExtHdrFragment(offset=8, nh=17)
-            / (b"n" * 24)]
+    pkts = [
+        eth() / IPv6(src=H0_IP6, dst=DST6, hlim=1) / ICMPv6EchoRequest(data=b"tr"),
+        eth()
+        / IPv6(src=H0_IP6, dst=DST6, hlim=1)
+        / IPv6ExtHdrFragment(offset=8, nh=17)
+        / (b"n" * 24),
+    ]
     res = router.run(pkts)
     assert len(res.tx) == 2
     for p, t in zip(pkts, res.tx, strict=True):

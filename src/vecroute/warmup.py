@@ -59,6 +59,10 @@ def warm() -> float:
         }
     )
     fib = Fib.from_config(cfg)
+    fib.add_route("203.0.113.0/24", dev="a")  # the update kernels, not only the lookups
+    fib.add_route("2001:db8:100::/48", dev="a")
+    fib.del_route("203.0.113.0/24")
+    fib.del_route("2001:db8:100::/48")
     batch = PacketBatch(4)
     graph = Graph(fib.state(), batch)
     frame = np.zeros(64, dtype=np.uint8)

@@ -128,6 +128,9 @@ class LiveRouter:
             raise StartupError("must run as root (AF_PACKET sockets need CAP_NET_RAW)")
         self.cfg = cfg
         self.config_path = cfg.path
+        from vecroute.warmup import warm
+
+        log.info("kernels ready in %.1f s", warm())  # no JIT pause on a first packet or ctl
         self.macs = {itf.name: read_mac(itf.name) for itf in cfg.interfaces}
         if prepare_ports:
             for itf in cfg.interfaces:

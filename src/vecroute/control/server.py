@@ -115,7 +115,7 @@ def _alive(path: str) -> bool:
         s.close()
 
 
-def request(path: str, argv: list[str], timeout: float = 10.0) -> dict:
+def request(path: str, argv: list[str], timeout: float = 30.0) -> dict:
     """Client side: send one command, return the reply dict (raises OSError)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)

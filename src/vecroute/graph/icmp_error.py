@@ -120,10 +120,10 @@ def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
             continue
         h = np.uint32(mix64(np.uint64(src)) >> np.uint64(40))
         a = resolve4(dp, meta[M_FIB, i], src, h)
+        dp.counters[C.C_FIB_LOOKUPS] += 1  # the error's own lookup, found or not
         if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
             _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
             continue
-        dp.counters[C.C_FIB_LOOKUPS] += 1
         me = np.uint32(dp.ifc[dp.adj[a, A_IF], I_IP4])
         if me == 0:
             me = np.uint32(dp.ifc[meta[M_RX, i], I_IP4])
@@ -203,10 +203,10 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
             continue
         h = np.uint32(mix64(src_hi ^ mix64(src_lo)) >> np.uint64(40))
         a = resolve6(dp, meta[M_FIB, i], src_hi, src_lo, h)
+        dp.counters[C.C_FIB_LOOKUPS] += 1  # the error's own lookup, found or not
         if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
             _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
             continue
-        dp.counters[C.C_FIB_LOOKUPS] += 1
         if not take_token(dp.icmp_tb, now):
             _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_RATE_LIMITED)
             continue

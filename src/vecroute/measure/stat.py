@@ -806,6 +806,12 @@ def _write_png(path: str, dss: list[_Dataset], ci: int) -> None:
     fig.savefig(path, dpi=100)
 
 
+def plot_png(path: str, datasets: Sequence[tuple[str, Sequence[float]]],
+             confidence: float = 95.0) -> None:
+    """The ``--png`` plot for in-memory data sets (used by ``vecroute bench`` reports)."""
+    _write_png(path, [_make_dataset(n, v) for n, v in datasets], _conf_index(confidence))
+
+
 def main(
     argv: list[str],
     stdin: TextIO | None = None,

@@ -1,0 +1,601 @@
+"""Live forwarding on veth in namespaces: Linux kernel vs vecroute vs a per-packet Python forwarder.
+
+    python -m bench.live [--repeat N] [--seconds S] [--variants kernel,vecroute,naive]
+                         [--ping-count N] [--light-pps PPS] [--json]
+
+Needs root, iproute2, nftables, trafgen (Debian netsniff-ng), ping, tcpdump, taskset.
+
+Topology (vecroute.lab.build, fresh for every run, removed afterwards by Lab):
+
+    h1 198.51.100.10 --veth-- [p0  router namespace  p1] --veth-- h2 203.0.113.10
+
+Generator: trafgen in h1 pinned to CPU 0 (``taskset -c 0``, one process, its TX ring,
+qdisc bypass), 64-byte frames (Ethernet 14 + IPv4 20 + UDP 8 + 22 payload, no FCS):
+198.51.100.10 -> 203.0.113.10 UDP 1024-1279 -> 9 (the source port's low byte counts up,
+so there are 256 flows; trafgen recomputes the UDP checksum per packet), destination MAC
+= the router port p0.  Router (pinned to CPU 1 where it is a process):
+
+* ``kernel``: Linux forwarding, net.ipv4.ip_forward=1 in the router namespace and the
+  router addresses on p0/p1; no vecroute.  On veth the whole receive path (and so the
+  kernel's forwarding and the veth hand-over to h2) runs in softirq on the CPU that
+  sent the frame, i.e. CPU 0, shared with trafgen; nothing is pinned to CPU 1.
+* ``kernel-rps`` (optional): the same, with RPS on p0 steering the router namespace's
+  receive processing (and so the forwarding) to CPU 1: one core for the generator, one
+  for the router, like the userspace variants.
+* ``vecroute``: ``vecroute run`` with ``workers = 1`` (vecroute.lab config), every
+  thread pinned to CPU 1 (``taskset -a -p -c 1``).
+* ``naive``: bench/naive_forwarder.py in the router namespace under ``taskset -c 1``
+  (AF_PACKET raw socket per port, per-packet Python); the hosts get permanent neighbour
+  entries for the router addresses (it answers no ARP).
+
+Every run: trafgen sends at full rate; after ``--warmup`` seconds the counters are read,
+again ``--seconds`` later.  Delivered = frames counted at h2's ingress by an nftables
+netdev rule that matches exactly the generator's flow after one router hop (src/dst address,
+UDP dport 9, TTL 63) and drops them (so h2's IP stack does not spend CPU on them or answer
+ICMP port unreachable); a second rule counts UDP/9 frames that arrive changed
+(``mangled``, should stay 0).  Sent = h1's veth tx_packets; loss = sent - delivered.
+Then tcpdump on h2 samples ``--sample`` forwarded frames, and scapy checks each one:
+Ethernet addresses (router p1 -> h2), TTL 63, IPv4 header checksum, UDP checksum,
+length, addresses, ports and payload unchanged.
+
+RTT: in each run, after the rate test, ``ping -i 0.01 -c N`` h1 -> h2 through the router
+idle and while trafgen sends at ``--light-pps`` (default: 10% of the first kernel run's
+delivered rate): p50 / p99 / max of all replies of all runs of a variant.
+
+Variants run interleaved (kernel vecroute naive kernel vecroute naive ...), each
+``--repeat`` times; the delivered pps distributions are compared with
+vecroute.measure.stat (ministat) and the ratio vecroute / kernel is reported against the
+target (>= 1.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import eprint, fmt_summary, machine_info, machine_line, summary, verdict
+
+TARGET_RATIO = 1.2
+GEN_CPU = 0
+ROUTER_CPU = 1
+SPORT_BASE = 1024  # source ports SPORT_BASE .. SPORT_BASE + 255
+DPORT = 9
+PAYLOAD = b"vecroute-live-bench!\x00\x01"  # 22 bytes: the frame is 64 bytes
+FRAME_LEN = 14 + 20 + 8 + len(PAYLOAD)
+ALL_VARIANTS = ("kernel", "kernel-rps", "vecroute", "naive")
+DEFAULT_VARIANTS = ("kernel", "vecroute", "naive")
+
+
+# -- traffic ------------------------------------------------------------------------------
+
+
+def _macb(mac: str) -> list[int]:
+    return [int(x, 16) for x in mac.split(":")]
+
+
+def trafgen_config(dst_mac: str, src_mac: str, src_ip: str, dst_ip: str) -> str:
+    """64-byte IPv4/UDP frame; sport low byte = dinc() (256 flows), checksums by trafgen."""
+    hexs = lambda bs: ", ".join(f"0x{b:02x}" for b in bs)  # noqa: E731
+    ip_s = [int(x) for x in src_ip.split(".")]
+    ip_d = [int(x) for x in dst_ip.split(".")]
+    total = 20 + 8 + len(PAYLOAD)
+    return (
+        "{\n"
+        f"  {hexs(_macb(dst_mac))}, {hexs(_macb(src_mac))}, 0x08, 0x00,\n"
+        f"  0x45, 0x00, c16({total}), 0x00, 0x00, 0x40, 0x00, 64, 17, csumip(14, 33),\n"
+        f"  {hexs(ip_s)}, {hexs(ip_d)},\n"
+        f"  c8({SPORT_BASE >> 8}), dinc(0, 255), c16({DPORT}), c16({8 + len(PAYLOAD)}),"
+        " csumudp(14, 34),\n"
+        f"  {hexs(PAYLOAD)}\n"
+        "}\n"
+    )
+
+
+def start_trafgen(lab: Any, ns: str, ifname: str, conf: Path, pps: int | None = None):
+    argv = ["taskset", "-c", str(GEN_CPU), "trafgen", "-o", ifname, "-i", str(conf),
+            "-P", "1", "-C", "-Q", "--no-sock-mem"]  # fmt: skip
+    if pps:
+        argv += ["-b", f"{pps}pps"]
+    # trafgen forks its sender: its own process group, so that stop() ends both
+    return lab.popen(
+        ns, argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+
+
+def stop(p: subprocess.Popen | None, timeout: float = 5) -> None:
+    """End a process started in its own session, and everything in its group."""
+    if p is None:
+        return
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, sig)
+        try:
+            p.wait(timeout=timeout)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)  # a forked child that outlived its parent
+
+
+# -- counters -----------------------------------------------------------------------------
+
+
+def link_stats(lab: Any, ns: str, ifname: str) -> dict[str, int]:
+    out = lab.run(ns, ["ip", "-s", "-j", "link", "show", "dev", ifname])
+    s = json.loads(out)[0]["stats64"]
+    return {
+        "rx": int(s["rx"]["packets"]),
+        "rx_dropped": int(s["rx"]["dropped"]),
+        "tx": int(s["tx"]["packets"]),
+        "tx_dropped": int(s["tx"]["dropped"]),
+    }
+
+
+def install_sink(
+    lab: Any, ns: str, ifname: str, src_ip: str, dst_ip: str, path: Path
+) -> None:
+    """nftables netdev ingress chain on h2's veth: the first rule counts and drops the
+    forwarded flow exactly (addresses, UDP dport, TTL 63), the second any other UDP/9
+    frame (a mangled one).  Taps (tcpdump) still see the frames: they run before it."""
+    rules = f"""table netdev vecroute_sink {{
+  chain ingress {{
+    type filter hook ingress device "{ifname}" priority 0; policy accept;
+    ip saddr {src_ip} ip daddr {dst_ip} udp dport {DPORT} ip ttl 63 counter drop comment "good"
+    udp dport {DPORT} counter drop comment "mangled"
+  }}
+}}
+"""
+    path.write_text(rules)
+    lab.run(ns, ["nft", "-f", str(path)])
+
+
+def sink_counts(lab: Any, ns: str, ifname: str) -> dict[str, int]:
+    out = lab.run(ns, ["nft", "list", "chain", "netdev", "vecroute_sink", "ingress"])
+    counts = {"good": 0, "mangled": 0}
+    for line in out.splitlines():
+        m = re.search(r'counter packets (\d+) bytes \d+ drop comment "(\w+)"', line)
+        if m and m.group(2) in counts:
+            counts[m.group(2)] = int(m.group(1))
+    return counts
+
+
+def cpu_times() -> list[list[int]]:
+    """Per-CPU /proc/stat jiffies: user nice system idle iowait irq softirq steal."""
+    rows = []
+    with open("/proc/stat") as f:
+        for line in f:
+            if re.match(r"cpu\d+ ", line):
+                rows.append([int(x) for x in line.split()[1:9]])
+    return rows
+
+
+def cpu_busy(a: list[list[int]], b: list[list[int]]) -> list[dict[str, float]]:
+    out = []
+    for ra, rb in zip(a, b, strict=True):
+        d = [y - x for x, y in zip(ra, rb, strict=True)]
+        tot = sum(d) or 1
+        out.append(
+            {
+                "busy": round(1 - (d[3] + d[4]) / tot, 3),
+                "user": round((d[0] + d[1]) / tot, 3),
+                "system": round(d[2] / tot, 3),
+                "softirq": round((d[5] + d[6]) / tot, 3),
+                "steal": round(d[7] / tot, 3),
+            }
+        )
+    return out
+
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime of a process (all its threads), seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- checks -------------------------------------------------------------------------------
+
+
+def check_sample(
+    pcap: Path, h2_mac: str, rt_mac: str, src_ip: str, dst_ip: str
+) -> dict[str, Any]:
+    """scapy parses every sampled frame and recomputes its checksums."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import rdpcap
+
+    res: dict[str, Any] = {"frames": 0, "ok": 0, "bad": 0, "sports": 0, "problems": []}
+    try:
+        pkts = rdpcap(str(pcap))
+    except (OSError, EOFError) as e:
+        res["problems"].append(f"no capture: {e}")
+        return res
+    sports = set()
+    for p in pkts:
+        res["frames"] += 1
+        why = []
+        raw = bytes(p)
+        e = Ether(raw)
+        if len(raw) != FRAME_LEN:
+            why.append(f"length {len(raw)}")
+        if e.dst != h2_mac or e.src != rt_mac:
+            why.append(f"MAC {e.src} -> {e.dst}")
+        if IP not in e or UDP not in e:
+            why.append("not IPv4/UDP")
+        else:
+            ip, udp = e[IP], e[UDP]
+            if ip.src != src_ip or ip.dst != dst_ip:
+                why.append(f"addresses {ip.src} -> {ip.dst}")
+            if ip.ttl != 63:
+                why.append(f"TTL {ip.ttl}")
+            fresh = IP(bytes(ip))
+            fresh.chksum = None
+            if IP(bytes(fresh)).chksum != ip.chksum:
+                why.append("IPv4 header checksum")
+            u = UDP(bytes(udp))
+            u.chksum = None
+            recomputed = IP(bytes(IP(src=ip.src, dst=ip.dst, proto=17) / u))[UDP].chksum
+            if udp.chksum != recomputed:
+                why.append(f"UDP checksum {udp.chksum:#06x} != {recomputed:#06x}")
+            if not SPORT_BASE <= udp.sport < SPORT_BASE + 256 or udp.dport != DPORT:
+                why.append(f"ports {udp.sport} -> {udp.dport}")
+            if bytes(udp.payload) != PAYLOAD:
+                why.append("payload")
+            sports.add(udp.sport)
+        if why:
+            res["bad"] += 1
+            if len(res["problems"]) < 5:
+                res["problems"].append("; ".join(why))
+        else:
+            res["ok"] += 1
+    res["sports"] = len(sports)
+    return res
+
+
+PING_RE = re.compile(r"time=([0-9.]+) ms")
+
+
+def ping(lab: Any, ns: str, dst: str, count: int) -> dict[str, Any]:
+    out = lab.run(
+        ns,
+        ["ping", "-n", "-i", "0.01", "-c", str(count), "-W", "1", dst],
+        check=False,
+        timeout=count * 0.05 + 30,
+    )
+    rtts = [float(x) for x in PING_RE.findall(out)]
+    return {"sent": count, "received": len(rtts), "rtt_ms": rtts}
+
+
+def percentile(v: list[float], q: float) -> float | None:
+    if not v:
+        return None
+    s = sorted(v)
+    k = max(0, min(len(s) - 1, int(round(q / 100 * len(s) + 0.5)) - 1))  # nearest rank
+    return s[k]
+
+
+# -- one run ------------------------------------------------------------------------------
+
+
+def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> dict[str, Any]:
+    from vecroute.lab import H1_V4, H2_V4, RT0_V4, RT1_V4, build, start_router
+    from vecroute.io.netns import Lab
+
+    workdir = Path(tempfile.mkdtemp(prefix="vecroute-live-"))
+    res: dict[str, Any] = {"variant": variant}
+    router = None
+    gens: list[subprocess.Popen] = []  # every trafgen started, stopped on the way out
+    with Lab("lv") as lab:
+        try:
+            t = build(lab, workdir)
+            p0, p1 = t.ports
+            p0_mac, p1_mac = lab.mac(t.rt, p0), lab.mac(t.rt, p1)
+            h1_mac, h2_mac = lab.mac(t.h1, t.h1_if), lab.mac(t.h2, t.h2_if)
+            if variant.startswith("kernel"):
+                lab.addr(t.rt, p0, f"{RT0_V4}/24")
+                lab.addr(t.rt, p1, f"{RT1_V4}/24")
+                lab.run(t.rt, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+                if variant == "kernel-rps":
+                    mask = f"{1 << ROUTER_CPU:x}"
+                    lab.run(t.rt, ["sh", "-c", f"echo {mask} > /sys/class/net/{p0}/queues/rx-0/rps_cpus"])
+            elif variant == "vecroute":
+                start_router(t, timeout=600)
+                router = t.router
+                subprocess.run(["taskset", "-a", "-p", "-c", str(ROUTER_CPU), str(router.pid)],
+                               check=True, capture_output=True)  # fmt: skip
+            elif variant == "naive":
+                lab.neigh(t.h1, t.h1_if, RT0_V4, p0_mac)
+                lab.neigh(t.h2, t.h2_if, RT1_V4, p1_mac)
+                router = lab.popen(
+                    t.rt,
+                    ["taskset", "-c", str(ROUTER_CPU), sys.executable, "-m", "bench.naive_forwarder",
+                     "--port", f"{p0}={p0_mac}", "--port", f"{p1}={p1_mac}",
+                     "--route", f"198.51.100.0/24={p0},{h1_mac}",
+                     "--route", f"203.0.113.0/24={p1},{h2_mac}"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    cwd=str(Path(__file__).resolve().parent.parent),
+                )  # fmt: skip
+            else:
+                raise ValueError(variant)
+            install_sink(lab, t.h2, t.h2_if, H1_V4, H2_V4, workdir / "sink.nft")
+            conf = workdir / "trafgen.cfg"
+            conf.write_text(trafgen_config(p0_mac, h1_mac, H1_V4, H2_V4))
+            # the router (kernel or vecroute) must know h2's MAC before the flood: one ping
+            lab.run(t.h1, ["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", H2_V4], check=False)
+
+            # -- full rate ------------------------------------------------------------------
+            gen = start_trafgen(lab, t.h1, t.h1_if, conf)
+            gens.append(gen)
+            time.sleep(args.warmup)
+            if gen.poll() is not None:
+                raise RuntimeError(f"trafgen exited: {gen.stderr.read().decode()[-500:]}")
+            if router is not None and router.poll() is not None:
+                raise RuntimeError(f"{variant} router exited {router.returncode}")
+            if variant == "vecroute":
+                t.ctl("clear", "counters")
+            a_h1, a_p0 = link_stats(lab, t.h1, t.h1_if), link_stats(lab, t.rt, p0)
+            a_p1, a_h2 = link_stats(lab, t.rt, p1), link_stats(lab, t.h2, t.h2_if)
+            a_sink = sink_counts(lab, t.h2, t.h2_if)
+            a_cpu, a_rcpu, t0 = cpu_times(), proc_cpu(router.pid) if router else 0.0, time.monotonic()
+            time.sleep(args.seconds)
+            b_sink = sink_counts(lab, t.h2, t.h2_if)
+            b_cpu, b_rcpu, t1 = cpu_times(), proc_cpu(router.pid) if router else 0.0, time.monotonic()
+            b_h1, b_p0 = link_stats(lab, t.h1, t.h1_if), link_stats(lab, t.rt, p0)
+            b_p1, b_h2 = link_stats(lab, t.rt, p1), link_stats(lab, t.h2, t.h2_if)
+            wall = t1 - t0
+            sent = b_h1["tx"] - a_h1["tx"]
+            delivered = b_sink["good"] - a_sink["good"]
+            res.update(
+                seconds=round(wall, 3),
+                sent_pps=sent / wall,
+                delivered_pps=delivered / wall,
+                loss_pps=(sent - delivered) / wall,
+                loss_fraction=(sent - delivered) / sent if sent else None,
+                mangled=b_sink["mangled"] - a_sink["mangled"],
+                h1_tx_dropped=b_h1["tx_dropped"] - a_h1["tx_dropped"],
+                p0_rx=b_p0["rx"] - a_p0["rx"],
+                p0_rx_dropped=b_p0["rx_dropped"] - a_p0["rx_dropped"],
+                p1_tx=b_p1["tx"] - a_p1["tx"],
+                p1_tx_dropped=b_p1["tx_dropped"] - a_p1["tx_dropped"],
+                h2_rx=b_h2["rx"] - a_h2["rx"],
+                cpu=cpu_busy(a_cpu, b_cpu),
+                router_cpu=round((b_rcpu - a_rcpu) / wall, 3) if router else None,
+                load_avg=os.getloadavg(),
+            )
+            if variant == "vecroute":
+                with contextlib.suppress(Exception):
+                    res["vecroute_interfaces"] = [
+                        {k: r[k] for k in ("name", "rx_packets", "tx_packets", "drops", "punts")}
+                        for r in t.ctl("show", "interfaces").get("data") or []
+                    ]
+                    res["vecroute_runtime"] = t.ctl("show", "runtime").get("data") or []
+                    res["vecroute_errors"] = [
+                        {k: r[k] for k in ("counter", "count")}
+                        for r in t.ctl("show", "errors").get("data") or []
+                    ]
+            # -- sample check: tcpdump on h2 while the flood goes on ------------------------
+            pcap = workdir / "sample.pcap"
+            lab.run(
+                t.h2,
+                ["timeout", "10", "tcpdump", "-i", t.h2_if, "-n", "-s", "0", "-c", str(args.sample),
+                 "-w", str(pcap), "udp", "port", str(DPORT)],
+                check=False, timeout=20,
+            )  # fmt: skip
+            res["sample"] = check_sample(pcap, h2_mac, p1_mac, H1_V4, H2_V4)
+            stop(gen)
+            gen = None
+
+            # -- RTT: idle, then under light load ------------------------------------------
+            if args.ping_count:
+                time.sleep(0.2)
+                res["ping_idle"] = ping(lab, t.h1, H2_V4, args.ping_count)
+                pps = light_pps or int(0.1 * res["delivered_pps"])
+                gen = start_trafgen(lab, t.h1, t.h1_if, conf, pps=pps)
+                gens.append(gen)
+                time.sleep(0.5)
+                l0 = sink_counts(lab, t.h2, t.h2_if)["good"]
+                s0 = link_stats(lab, t.h1, t.h1_if)["tx"]
+                tl0 = time.monotonic()
+                res["ping_light"] = ping(lab, t.h1, H2_V4, args.ping_count)
+                tl1 = time.monotonic()
+                res["light"] = {
+                    "target_pps": pps,
+                    "sent_pps": (link_stats(lab, t.h1, t.h1_if)["tx"] - s0) / (tl1 - tl0),
+                    "delivered_pps": (sink_counts(lab, t.h2, t.h2_if)["good"] - l0) / (tl1 - tl0),
+                }
+                stop(gen)
+                gen = None
+            if variant == "naive" and router is not None:
+                router.terminate()
+                try:
+                    out, _ = router.communicate(timeout=5)
+                    res["naive_counts"] = json.loads(out.decode().strip().splitlines()[-1])
+                except (subprocess.TimeoutExpired, ValueError, IndexError):
+                    pass
+            if router is not None and variant == "vecroute" and router.poll() is not None:
+                res["router_exit"] = router.returncode
+        finally:
+            for g in gens:
+                stop(g)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return res
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+def rtt_summary(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    rtts = [x for r in runs if key in r for x in r[key]["rtt_ms"]]
+    sent = sum(r[key]["sent"] for r in runs if key in r)
+    return {
+        "n": len(rtts),
+        "lost": sent - len(rtts),
+        "p50_ms": percentile(rtts, 50),
+        "p99_ms": percentile(rtts, 99),
+        "max_ms": max(rtts) if rtts else None,
+        "per_run_p50_ms": [percentile(r[key]["rtt_ms"], 50) for r in runs if key in r],
+        "per_run_p99_ms": [percentile(r[key]["rtt_ms"], 99) for r in runs if key in r],
+    }
+
+
+def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
+    from vecroute.measure import stat
+
+    out: dict[str, Any] = {"variants": {}}
+    for v, runs in results.items():
+        out["variants"][v] = {
+            "delivered_pps": summary([r["delivered_pps"] for r in runs]),
+            "sent_pps": summary([r["sent_pps"] for r in runs]),
+            "loss_pps": summary([r["loss_pps"] for r in runs]),
+            "loss_fraction": summary([r["loss_fraction"] or 0.0 for r in runs]),
+            "router_cpu": summary([r["router_cpu"] for r in runs if r["router_cpu"] is not None]),
+            "cpu0_busy": summary([r["cpu"][GEN_CPU]["busy"] for r in runs]),
+            "cpu1_busy": summary([r["cpu"][ROUTER_CPU]["busy"] for r in runs]),
+            "mangled": sum(r["mangled"] for r in runs),
+            "sample_frames": sum(r["sample"]["frames"] for r in runs),
+            "sample_bad": sum(r["sample"]["bad"] for r in runs),
+            "sample_problems": [p for r in runs for p in r["sample"]["problems"]][:5],
+            "rtt_idle": rtt_summary(runs, "ping_idle"),
+            "rtt_light": rtt_summary(runs, "ping_light"),
+            "light_pps": summary([r["light"]["delivered_pps"] for r in runs if "light" in r]),
+        }
+    sets = [(v, [r["delivered_pps"] for r in runs]) for v, runs in results.items()]
+    if all(len(vals) >= 3 for _, vals in sets) and len(sets) <= 7:
+        out["ministat"] = stat.render(sets)
+    med = {v: out["variants"][v]["delivered_pps"]["median"] for v in results}
+    ratios = {}
+    for base in ("kernel", "kernel-rps", "naive"):
+        if "vecroute" in med and base in med and med[base]:
+            ratios[f"vecroute/{base}"] = med["vecroute"] / med[base]
+    out["ratios"] = ratios
+    if "vecroute/kernel" in ratios:
+        out["target"] = {
+            "ratio": ratios["vecroute/kernel"],
+            "required": TARGET_RATIO,
+            "verdict": verdict(ratios["vecroute/kernel"] >= TARGET_RATIO),
+        }
+    return out
+
+
+def print_report(out: dict[str, Any], args: argparse.Namespace, info: dict[str, Any]) -> None:
+    print(machine_line(info))
+    print(
+        f"live forwarding, veth in namespaces, 64-byte UDP, trafgen on CPU {GEN_CPU}, router "
+        f"on CPU {ROUTER_CPU}; {args.seconds:g} s x {args.repeat}, interleaved; "
+        "median [min .. max]"
+    )
+    hdr = (
+        f"{'variant':11s} {'delivered pps':>30s} {'sent pps':>10s} {'loss':>7s} "
+        f"{'rtr CPU':>7s} {'cpu0':>5s} {'cpu1':>5s} {'bad':>5s}"
+    )
+    print(hdr)
+    for v, s in out["variants"].items():
+        rc = s["router_cpu"]["median"]
+        print(
+            f"{v:11s} {fmt_summary(s['delivered_pps'], '', 0):>30s} "
+            f"{s['sent_pps']['median']:10.0f} {100 * s['loss_fraction']['median']:6.1f}% "
+            f"{'' if rc is None else f'{rc:.2f}':>7s} {s['cpu0_busy']['median']:5.2f} "
+            f"{s['cpu1_busy']['median']:5.2f} "
+            f"{s['sample_bad'] + s['mangled']:>5d}"
+        )
+    print("bad = sampled frames failing the scapy check + mangled frames counted at the sink")
+    for v, s in out["variants"].items():
+        print(
+            f"  {v:11s} sample: {s['sample_frames']} frames checked, {s['sample_bad']} bad"
+            + (f" ({'; '.join(s['sample_problems'])})" if s["sample_problems"] else "")
+        )
+    print()
+    print("ping h1 -> h2 through the router, RTT ms (all replies of all runs):")
+    print(f"{'variant':11s} {'idle p50':>9s} {'idle p99':>9s} {'light p50':>10s} "
+          f"{'light p99':>10s} {'lost':>5s} {'light load pps':>15s}")  # fmt: skip
+    f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    for v, s in out["variants"].items():
+        i, li = s["rtt_idle"], s["rtt_light"]
+        lp = s["light_pps"]["median"]
+        print(
+            f"{v:11s} {f(i['p50_ms']):>9s} {f(i['p99_ms']):>9s} {f(li['p50_ms']):>10s} "
+            f"{f(li['p99_ms']):>10s} {i['lost'] + li['lost']:>5d} "
+            f"{'-' if lp is None else f'{lp:.0f}':>15s}"
+        )
+    if "ministat" in out:
+        print()
+        print("delivered pps, ministat (vecroute.measure.stat):")
+        print(out["ministat"], end="")
+    print()
+    for k, r in out["ratios"].items():
+        print(f"ratio {k} (medians): {r:.3f}")
+    if "target" in out:
+        t = out["target"]
+        print(f"target vecroute >= {t['required']}x kernel: {t['verdict']} ({t['ratio']:.3f}x)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                    help=f"comma-separated, from {', '.join(ALL_VARIANTS)}")  # fmt: skip
+    ap.add_argument("--ping-count", type=int, default=500, help="0: no RTT test")
+    ap.add_argument("--light-pps", type=int, default=0,
+                    help="light load rate (default: 10%% of the first kernel run's rate)")  # fmt: skip
+    ap.add_argument("--sample", type=int, default=200, help="frames checked with scapy per run")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for v in variants:
+        if v not in ALL_VARIANTS:
+            ap.error(f"unknown variant {v!r}")
+    if os.geteuid() != 0:
+        raise SystemExit("bench.live: needs root (namespaces, AF_PACKET)")
+    for tool in ("trafgen", "nft", "ping", "tcpdump", "taskset"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"bench.live: {tool} not found (apt-get install -y netsniff-ng "
+                             "nftables iputils-ping tcpdump util-linux)")  # fmt: skip
+    if len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("bench.live: needs 2 CPUs (generator and router)")
+    info = machine_info()
+    light = args.light_pps or None
+    results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    t_start = time.time()
+    for rep in range(args.repeat):
+        for v in variants:
+            r = run_one(v, args, light)
+            results[v].append(r)
+            if light is None and v.startswith("kernel") and args.ping_count:
+                light = max(1000, int(0.1 * r["delivered_pps"]))
+            eprint(
+                f"[{rep + 1}/{args.repeat}] {v:10s} delivered {r['delivered_pps']:9.0f} pps, "
+                f"sent {r['sent_pps']:9.0f}, loss {100 * (r['loss_fraction'] or 0):5.1f}%, "
+                f"router cpu {r['router_cpu']}, cpu {[c['busy'] for c in r['cpu']]}, "
+                f"sample {r['sample']['ok']}/{r['sample']['frames']} ok, "
+                f"load {r['load_avg'][0]:.2f}"
+            )
+    out = report(results, args)
+    out["machine"] = info
+    out["command"] = " ".join(["python", "-m", "bench.live", *sys.argv[1:]])
+    out["elapsed_s"] = round(time.time() - t_start, 1)
+    out["runs"] = results
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return
+    print_report(out, args, info)
+
+
+if __name__ == "__main__":
+    main()
