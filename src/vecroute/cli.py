@@ -311,6 +311,61 @@ def gen(
     click.echo(result_json(res) if as_json else res.pktgen_text())
 
 
+@main.group()
+def bench() -> None:
+    """The seed experiments, side by side (run from a vecroute checkout)."""
+
+
+@bench.command("list")
+def bench_list() -> None:
+    """List the experiments."""
+    from vecroute.measure.bench import BenchError, experiments
+
+    try:
+        for name, exp in experiments().items():
+            click.echo(f"{name:12} {exp.title} (seed: {exp.seed})")
+    except BenchError as e:
+        _fail(str(e))
+
+
+@bench.command("run")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--repeat", default=5, show_default=True, help="interleaved rounds (>= 3)")
+@click.option(
+    "--out",
+    "out",
+    default="bench-out",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="report directory",
+)
+def bench_run(names: tuple[str, ...], repeat: int, out: str) -> None:
+    """Run experiments NAMES; write DIR/NAME.md, .png, .json and print the reports."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from vecroute.measure.bench import BenchError, run_many
+
+    con = Console(stderr=True)
+    try:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=con,
+            transient=True,
+        ) as prog:
+            task = prog.add_task("starting", total=None)
+            reports = run_many(
+                list(names), repeat, Path(out), lambda msg: prog.update(task, description=msg)
+            )
+    except BenchError as e:
+        _fail(str(e))
+    for r in reports:
+        click.echo(r.markdown)
+    click.echo(f"reports written to {out}/")
+
+
 @main.command(
     context_settings={
         "ignore_unknown_options": True,

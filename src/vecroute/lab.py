@@ -99,7 +99,7 @@ def build(
     return t
 
 
-def start_router(t: Topology, timeout: float = 60.0) -> None:
+def start_router(t: Topology, timeout: float = 180.0) -> None:
     """Run `vecroute run` in the router namespace and wait until it answers ctl."""
     t.log = t.workdir / "router.log"
     logf = open(t.log, "wb")  # noqa: SIM115 - closed with the lab's processes

@@ -87,8 +87,9 @@ def summarize_samples(samples: dict[str, list[float]]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"variant": name, "n": len(v)}
         if len(v) >= 3:
             s = stat.summarize(v)
-            row.update(median=s["median"], mean=s["avg"], stddev=s["stddev"],
-                       min=s["min"], max=s["max"])
+            row.update(
+                median=s["median"], mean=s["avg"], stddev=s["stddev"], min=s["min"], max=s["max"]
+            )
             if bmed:
                 row["ratio"] = s["median"] / bmed
             if name != names[0] and len(base) >= 3:
@@ -101,23 +102,35 @@ def summarize_samples(samples: dict[str, list[float]]) -> list[dict[str, Any]]:
 
 
 def _md_table(rows: list[dict[str, Any]], unit: str) -> str:
-    out = [f"| variant | n | median {unit} | mean | stddev | ratio to baseline | "
-           f"difference (95%, Student's t) |", "|---|---|---|---|---|---|---|"]
+    out = [
+        f"| variant | n | median {unit} | mean | stddev | ratio to baseline | "
+        f"difference (95%, Student's t) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "median" not in r:
             out.append(f"| {r['variant']} | {r['n']} | – | – | – | – | – |")
             continue
         diff = "baseline"
         if "difference_pct" in r:
-            diff = (f"{r['difference_pct']:+.2f}% ± {r['plus_minus_pct']:.2f}%" if
-                    r["significant"] else "no difference proven")
-        out.append(f"| {r['variant']} | {r['n']} | {r['median']:.4g} | {r['mean']:.4g} | "
-                   f"{r['stddev']:.3g} | {r.get('ratio', float('nan')):.3f} | {diff} |")
+            diff = (
+                f"{r['difference_pct']:+.2f}% ± {r['plus_minus_pct']:.2f}%"
+                if r["significant"]
+                else "no difference proven"
+            )
+        out.append(
+            f"| {r['variant']} | {r['n']} | {r['median']:.4g} | {r['mean']:.4g} | "
+            f"{r['stddev']:.3g} | {r.get('ratio', float('nan')):.3f} | {diff} |"
+        )
     return "\n".join(out)
 
 
-def run(exp: Experiment, repeat: int, out_dir: Path | None,
-        progress: Callable[[str], None] | None = None) -> Report:
+def run(
+    exp: Experiment,
+    repeat: int,
+    out_dir: Path | None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
     """Run one experiment: setup once, then ``repeat`` interleaved rounds of all variants."""
     if repeat < 3:
         raise BenchError("--repeat must be >= 3 (ministat needs three points)")
@@ -134,9 +147,20 @@ def run(exp: Experiment, repeat: int, out_dir: Path | None,
             exp.teardown()
     ministat = stat.render([(n, s) for n, s in samples.items()], width=74)
     rows = summarize_samples(samples)
-    md = [f"## {exp.title}", "", f"Seed: {exp.seed}", "",
-          f"{repeat} interleaved repetitions per variant; unit: {exp.unit}.", "",
-          _md_table(rows, exp.unit), "", "```", ministat.rstrip(), "```", ""]
+    md = [
+        f"## {exp.title}",
+        "",
+        f"Seed: {exp.seed}",
+        "",
+        f"{repeat} interleaved repetitions per variant; unit: {exp.unit}.",
+        "",
+        _md_table(rows, exp.unit),
+        "",
+        "```",
+        ministat.rstrip(),
+        "```",
+        "",
+    ]
     if exp.notes:
         md += [exp.notes(samples), ""]
     png = None
@@ -146,14 +170,22 @@ def run(exp: Experiment, repeat: int, out_dir: Path | None,
         stat.plot_png(png, list(samples.items()))
         md.insert(-1, f"![{exp.name}]({exp.name}.png)\n")
         (out_dir / f"{exp.name}.md").write_text("\n".join(md))
-        (out_dir / f"{exp.name}.json").write_text(json.dumps(
-            {"experiment": exp.name, "unit": exp.unit, "samples": samples, "summary": rows},
-            indent=2) + "\n")
+        (out_dir / f"{exp.name}.json").write_text(
+            json.dumps(
+                {"experiment": exp.name, "unit": exp.unit, "samples": samples, "summary": rows},
+                indent=2,
+            )
+            + "\n"
+        )
     return Report(exp, samples, ministat, "\n".join(md), png, rows)
 
 
-def run_many(names: Sequence[str], repeat: int, out_dir: Path | None,
-             progress: Callable[[str], None] | None = None) -> list[Report]:
+def run_many(
+    names: Sequence[str],
+    repeat: int,
+    out_dir: Path | None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Report]:
     known = experiments()
     unknown = [n for n in names if n not in known]
     if unknown:

@@ -19,7 +19,7 @@ def fold(s: np.uint64) -> np.uint32:
     return np.uint32(s)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def sum_bytes(buf: np.ndarray, off: int, n: int, acc: np.uint64) -> np.uint64:
     """Add the bytes buf[off:off+n] as big-endian 16-bit words to acc (odd tail padded)."""
     s0 = np.uint64(0)
@@ -43,7 +43,7 @@ def sum_bytes(buf: np.ndarray, off: int, n: int, acc: np.uint64) -> np.uint64:
     return acc + s0 + s1 + s2 + s3
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def checksum(buf: np.ndarray, off: int, n: int, acc: np.uint64) -> np.uint32:
     """The Internet checksum (inverted, 16 bits) of acc plus the given bytes."""
     return np.uint32(~fold(sum_bytes(buf, off, n, acc)) & np.uint32(0xFFFF))
