@@ -73,6 +73,7 @@ SPORT_BASE = 1024  # source ports SPORT_BASE .. SPORT_BASE + 255
 DPORT = 9
 PAYLOAD = b"vecroute-live-bench!\x00\x01"  # 22 bytes: the frame is 64 bytes
 FRAME_LEN = 14 + 20 + 8 + len(PAYLOAD)
+NICE: list[str] = ["nice", "-n", "-20"]  # generator and router; main() may change it
 ALL_VARIANTS = ("kernel", "kernel-rps", "vecroute", "naive")
 DEFAULT_VARIANTS = ("kernel", "vecroute", "naive")
 
@@ -103,7 +104,7 @@ def trafgen_config(dst_mac: str, src_mac: str, src_ip: str, dst_ip: str) -> str:
 
 
 def start_trafgen(lab: Any, ns: str, ifname: str, conf: Path, pps: int | None = None):
-    argv = ["taskset", "-c", str(GEN_CPU), "trafgen", "-o", ifname, "-i", str(conf),
+    argv = [*NICE, "taskset", "-c", str(GEN_CPU), "trafgen", "-o", ifname, "-i", str(conf),
             "-P", "1", "-C", "-Q", "--no-sock-mem"]  # fmt: skip
     if pps:
         argv += ["-b", f"{pps}pps"]

@@ -116,12 +116,12 @@ BAD = [
     ('[[routes]]\nprefix = "203.0.113.0/24"\nvia = "2001:db8:2::9"\n', "routes[0].via", "not IPv4"),
     (
         '[[routes]]\nprefix = "203.0.113.0/24"\nvia = "10.9.9.9"\n',
-        "routes[0]",
+        "routes[0].via",
         "not on a connected subnet",
     ),
     (
         '[[routes]]\nprefix = "2001:db8:9::/48"\nvia = "2001:db8:77::1"\n',
-        "routes[0]",
+        "routes[0].via",
         "not on a connected subnet",
     ),
     ('[[routes]]\nprefix = "203.0.113.0/24"\n', "routes[0].via", "needs via"),
@@ -215,6 +215,7 @@ BAD_INTERFACES = [
     ),
     ('[[interfaces]]\nname = "eth0"\nspeed = 10\n', "interfaces[0].speed", "unknown key"),
     ("[icmp]\nrate = 1\n", "interfaces", "at least one"),
+    ('[[interfaces]]\nname = "eth0"\n', "interfaces[0].mac", "required"),  # no device here
     ('routes = 5\n[[interfaces]]\nname = "eth0"\n', "routes", "expected an array"),
     ('interfaces = ["eth0"]\n', "interfaces[0]", "expected a table"),
 ]

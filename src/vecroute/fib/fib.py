@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vecroute.control.config import Config, IPAddress, IPNetwork, format_mac
+from vecroute.control.config import Config, ConfigError, IPAddress, IPNetwork, format_mac
 from vecroute.fib.adjacency import AdjacencyTable, AdjKey, LoadBalanceTable
 from vecroute.fib.lpm import Lpm
 from vecroute.graph.state import (
@@ -28,6 +28,7 @@ from vecroute.graph.state import (
     IF6_GLOBAL,
     IF6_LL,
     IF_COLS,
+    OPT_FIB_GEN,
     DataPlaneState,
     icmp_bucket,
 )
@@ -89,6 +90,9 @@ class Fib:
         self.neighbors: dict[tuple[int, IPAddress], bytes] = {}
         self.icmp_rate = (1000, 50)
         self.journal: list[tuple] | None = None  # set by a router with several workers
+        from vecroute.srv6.tables import Srv6Tables
+
+        self.srv6 = Srv6Tables(self)
 
     # -- building -------------------------------------------------------------------------
 
@@ -97,11 +101,11 @@ class Fib:
         """Build from a validated config; ``macs`` supplies device MACs in live mode."""
         fib = cls()
         fib.icmp_rate = (cfg.icmp.rate, cfg.icmp.burst)
-        for itf in cfg.interfaces:
+        for n, itf in enumerate(cfg.interfaces):
             mac = itf.mac or (macs or {}).get(itf.name)
             if mac is None:
                 raise RouteError(
-                    f"{cfg.path}: interface {itf.name}: mac is required here "
+                    f"{cfg.path}: interfaces[{n}].mac: missing, required for {itf.name} here "
                     f"(replay has no device to read it from)"
                 )
             fib.add_interface(Interface(itf.name, mac, itf.mtu, itf.table, list(itf.addresses)))
@@ -120,8 +124,16 @@ class Fib:
                     weights=rt.weights,
                     blackhole=rt.blackhole,
                 )
-            except RouteError as e:
-                raise RouteError(f"{cfg.path}: routes[{n}]: {e}") from None
+            except RouteError as e:  # with next hops, they are what can be wrong here
+                key = f"routes[{n}].via" if rt.via else f"routes[{n}]"
+                raise RouteError(f"{cfg.path}: {key}: {e}") from None
+        if "srv6" in cfg.raw:
+            from vecroute.srv6.config import apply_srv6_config
+
+            try:
+                apply_srv6_config(fib, cfg.raw["srv6"], cfg.path)
+            except ConfigError as e:
+                raise RouteError(str(e)) from None
         return fib
 
     def add_interface(self, itf: Interface) -> int:
@@ -229,6 +241,25 @@ class Fib:
         del self.routes[(table, prefix)]
         self.lpm[prefix.version].delete(table, prefix)
 
+    def _install_special(self, prefix, table: int, kind: str, adj: int) -> None:
+        """A route to a non-forwarding adjacency (SRv6 local SID, policy, steering)."""
+        self.lpm[prefix.version].table_index(table, create=True)
+        self._install(Route(prefix, table, kind, []), self.lbs.get([adj]))
+
+    def _remove_special(self, prefix, table: int) -> None:
+        if self.routes.pop((table, prefix), None) is not None:
+            self.lpm[prefix.version].delete(table, prefix)
+
+    @_journaled
+    def sr(self, op: str, *args, **kwargs):
+        """An SRv6 change (Srv6Tables method ``op``), journaled for the workers."""
+        from vecroute.srv6.tables import Srv6Error
+
+        try:
+            return getattr(self.srv6, op)(*args, **kwargs)
+        except Srv6Error as e:
+            raise RouteError(str(e)) from None
+
     # -- neighbours -------------------------------------------------------------------------
 
     @_journaled
@@ -283,7 +314,7 @@ class Fib:
             if_ip6[i, IF6_LL] = np.frombuffer(itf.link_local.packed, dtype=np.uint8)
             if v6:
                 if_ip6[i, IF6_GLOBAL] = np.frombuffer(v6[0].ip.packed, dtype=np.uint8)
-        return DataPlaneState(
+        st = DataPlaneState(
             ifc=ifc,
             if_mac=if_mac,
             if_ip6=if_ip6,
@@ -297,11 +328,23 @@ class Fib:
             adj_rw=self.adjs.adj_rw,
             adj_last_req=self.adjs.adj_last_req,
             icmp_tb=icmp_bucket(*self.icmp_rate),
+            sr_sid=self.srv6.sr_sid,
+            sr_pol=self.srv6.sr_pol,
+            sr_bucket=self.srv6.sr_bucket,
+            sr_list=self.srv6.sr_list,
+            sr_hdr=self.srv6.sr_hdr,
+            sr_cache=self.srv6.sr_cache,
         )
+        st.opts[OPT_FIB_GEN] = (
+            self.lpm[4].generation + self.lpm[6].generation + self.srv6.generation + len(self.adjs)
+        )
+        return st
 
     def describe_paths(self, route: Route) -> str:
         if route.kind == "local":
             return "local"
+        if route.kind.startswith("srv6"):
+            return route.kind
         if not route.paths:
             return "blackhole"
         out = []

@@ -130,6 +130,22 @@ COUNTERS: tuple[Counter, ...] = (
         "event",
         "packet handed to the control plane to wait for its next hop's MAC (live mode)",
     ),
+    # srv6
+    Counter("srv6-encapsulated", "srv6-encap", "event", "packets encapsulated by an SR policy"),
+    Counter("srv6-no-route", "srv6-encap", "drop", "no route to the first segment of the policy"),
+    Counter("srv6-policy-empty", "srv6-encap", "drop", "SR policy without a segment list"),
+    Counter("srv6-no-headroom", "srv6-encap", "drop",
+            "no room in the buffer slot for the outer headers"),
+    Counter("srv6-encap-too-big", "srv6-encap", "drop",
+            "encapsulated ip4 packet (DF clear) larger than the egress MTU"),
+    Counter("srv6-end", "srv6-localsid", "event", "SRH processed by an End/End.X/End.T SID"),
+    Counter("srv6-decapsulated", "srv6-localsid", "event", "packets decapsulated by a SID"),
+    Counter("srv6-bad-srh", "srv6-localsid", "drop",
+            "SRH Segments Left / Last Entry inconsistent with Hdr Ext Len (param problem)"),
+    Counter("srv6-sl-not-zero", "srv6-localsid", "drop",
+            "decapsulating SID with Segments Left > 0 (param problem)"),
+    Counter("srv6-upper-layer", "srv6-localsid", "drop",
+            "upper-layer header not allowed at this SID (param problem code 4)"),
     # icmp errors
     Counter("icmp-error-sent", "icmp-error", "event", "ICMP/ICMPv6 error sent"),
     Counter(
@@ -213,6 +229,16 @@ C_ICMP_ERROR_SUPPRESSED = _c("icmp-error-suppressed")
 C_ICMP_RATE_LIMITED = _c("icmp-rate-limited")
 C_ICMP_ERROR_NO_ROUTE = _c("icmp-error-no-route")
 C_PUNT = _c("punt")
+C_SRV6_ENCAPSULATED = _c("srv6-encapsulated")
+C_SRV6_NO_ROUTE = _c("srv6-no-route")
+C_SRV6_POLICY_EMPTY = _c("srv6-policy-empty")
+C_SRV6_NO_HEADROOM = _c("srv6-no-headroom")
+C_SRV6_ENCAP_TOO_BIG = _c("srv6-encap-too-big")
+C_SRV6_END = _c("srv6-end")
+C_SRV6_DECAPSULATED = _c("srv6-decapsulated")
+C_SRV6_BAD_SRH = _c("srv6-bad-srh")
+C_SRV6_SL_NOT_ZERO = _c("srv6-sl-not-zero")
+C_SRV6_UPPER_LAYER = _c("srv6-upper-layer")
 
 
 def markdown() -> str:

@@ -22,7 +22,9 @@ from vecroute.graph.lookup import ip4_lookup, ip6_lookup
 from vecroute.graph.neighbor_request import neighbor_request
 from vecroute.graph.output import error_drop, interface_output, punt_node
 from vecroute.graph.rewrite import ip4_rewrite, ip6_rewrite
-from vecroute.graph.state import DP, NS_CALLS, NS_CLOCKS, NS_PACKETS, DataPlaneState
+from vecroute.graph.srv6_encap import srv6_encap
+from vecroute.graph.srv6_localsid import srv6_localsid
+from vecroute.graph.state import DP, NS_CALLS, NS_CLOCKS, NS_PACKETS, OPT_FIB_GEN, DataPlaneState
 from vecroute.packet.batch import M_NEXT, PacketBatch
 
 
@@ -31,11 +33,11 @@ def run_graph(
     n, now, buf, meta, ts, nalloc, frames, frame_n, work, txl, txn,
     ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
     lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
-    opts,
+    opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
 ) -> None:
     dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
-            node_stats, opts)
+            node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache)
     frame_n[:] = 0
     txn[0] = 0
     for i in range(n):  # usually ethernet-input; re-injected packets enter at a lookup
@@ -70,6 +72,10 @@ def run_graph(
                 ip4_lookup(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.IP6_LOOKUP:
                 ip6_lookup(work, k, buf, meta, frames, frame_n, dp)
+            elif node == N.SRV6_LOCALSID:
+                srv6_localsid(work, k, buf, meta, frames, frame_n, dp)
+            elif node == N.SRV6_ENCAP:
+                srv6_encap(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.ICMP4_ERROR:
                 icmp4_error(work, k, buf, meta, frames, frame_n, dp, now)
             elif node == N.ICMP6_ERROR:
@@ -113,6 +119,7 @@ class Graph:
         state.node_stats = old.node_stats
         state.icmp_tb = old.icmp_tb
         state.glean = old.glean
+        old.opts[OPT_FIB_GEN] = state.opts[OPT_FIB_GEN]
         state.opts = old.opts
         if state.if_stats.shape == old.if_stats.shape:
             state.if_stats = old.if_stats

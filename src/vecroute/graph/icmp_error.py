@@ -35,6 +35,7 @@ from vecroute.graph.state import (
 from vecroute.packet.batch import (
     F_FRAG_NONFIRST,
     F_ICMP_ERROR,
+    F_IP6,
     F_L2_MCAST,
     F_LOCAL_ORIGIN,
     M_ADJ,
@@ -237,7 +238,7 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         meta[M_L4, i] = c
         meta[M_LEN, i] = IP6_HLEN + 8 + quote
         meta[M_PROTO, i] = PROTO_ICMPV6
-        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR
+        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR | F_IP6
         meta[M_ADJ, i] = a
         meta[M_ERR, i] = -1
         dp.counters[C.C_ICMP_ERROR_SENT] += 1

@@ -14,6 +14,7 @@ from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP, PUNT
 from vecroute.graph.state import IF6_LL, IFS_PUNTS
 from vecroute.packet.batch import (
     F_FRAG,
+    F_IP6,
     F_LOCAL_ORIGIN,
     M_ERR,
     M_FLAGS,
@@ -120,7 +121,7 @@ def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
             wr16(buf, l4 + 2, incremental_update(rd16(buf, l4 + 2),
                                                  np.uint32(ICMP6_ECHO_REQUEST << 8),
                                                  np.uint32(ICMP6_ECHO_REPLY << 8)))
-        meta[M_FLAGS, i] = F_LOCAL_ORIGIN
+        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_IP6
         dp.counters[C.C_ECHO_REPLY_SENT] += 1
         enqueue(frames, frame_n, meta, IP6_LOOKUP, i)
 

@@ -12,9 +12,32 @@ from vecroute.fib.lpm import lpm4_lookup, lpm6_lookup
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import flow_hash4, flow_hash6
 from vecroute.graph.frames import drop, enqueue, icmp_error
-from vecroute.graph.node_ids import IP4_LOCAL, IP4_REWRITE, IP6_LOCAL, IP6_REWRITE
-from vecroute.graph.state import A_TYPE, ADJ_DROP, ADJ_LOCAL, LB_N, LB_START
-from vecroute.packet.batch import F_LOCAL_ORIGIN, M_ADJ, M_FIB, M_FLAGS, M_HASH, M_L3
+from vecroute.graph.node_ids import (
+    IP4_LOCAL,
+    IP4_REWRITE,
+    IP6_LOCAL,
+    IP6_REWRITE,
+    SRV6_ENCAP,
+    SRV6_LOCALSID,
+)
+from vecroute.graph.state import (
+    A_TYPE,
+    ADJ_DROP,
+    ADJ_LOCAL,
+    ADJ_SRV6_ENCAP,
+    ADJ_SRV6_LOCALSID,
+    LB_N,
+    LB_START,
+)
+from vecroute.packet.batch import (
+    F_FORCED_ADJ,
+    F_LOCAL_ORIGIN,
+    M_ADJ,
+    M_FIB,
+    M_FLAGS,
+    M_HASH,
+    M_L3,
+)
 from vecroute.packet.headers import (
     ICMP4_DEST_UNREACH,
     ICMP4_NET_UNREACH,
@@ -57,11 +80,34 @@ def resolve6(dp, fib: int, hi: np.uint64, lo: np.uint64, h: np.uint32) -> int:
     return pick_adjacency(dp, v, h)
 
 
+@njit(cache=True, inline="always")
+def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
+    """Send packet i on by the type of its adjacency (the lookup's one decision)."""
+    meta[M_ADJ, i] = a
+    t = dp.adj[a, A_TYPE]
+    if t == ADJ_LOCAL:
+        enqueue(frames, frame_n, meta, IP6_LOCAL if ip6 else IP4_LOCAL, i)
+    elif t == ADJ_DROP:
+        drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
+    elif t == ADJ_SRV6_ENCAP:
+        enqueue(frames, frame_n, meta, SRV6_ENCAP, i)
+    elif t == ADJ_SRV6_LOCALSID and ip6:
+        enqueue(frames, frame_n, meta, SRV6_LOCALSID, i)
+    elif t == ADJ_SRV6_LOCALSID:
+        drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
+    else:
+        enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)
+
+
 @njit(cache=True)
 def ip4_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
     lookups = 0
     for j in range(k):
         i = work[j]
+        if meta[M_FLAGS, i] & F_FORCED_ADJ:  # End.DX4: the SID chose the adjacency
+            meta[M_FLAGS, i] &= ~F_FORCED_ADJ
+            to_adjacency(frames, frame_n, meta, dp, i, meta[M_ADJ, i], False)
+            continue
         l3 = meta[M_L3, i]
         fib = meta[M_FIB, i]
         if fib < 0 or fib >= dp.fib4_roots.shape[0]:
@@ -81,15 +127,7 @@ def ip4_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
             meta[M_HASH, i] = np.int32(h)
         else:
             h = np.uint32(0)
-        a = pick_adjacency(dp, v, h)
-        meta[M_ADJ, i] = a
-        t = dp.adj[a, A_TYPE]
-        if t == ADJ_LOCAL:
-            enqueue(frames, frame_n, meta, IP4_LOCAL, i)
-        elif t == ADJ_DROP:
-            drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
-        else:
-            enqueue(frames, frame_n, meta, IP4_REWRITE, i)
+        to_adjacency(frames, frame_n, meta, dp, i, pick_adjacency(dp, v, h), False)
     dp.counters[C.C_FIB_LOOKUPS] += lookups
 
 
@@ -98,6 +136,10 @@ def ip6_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
     lookups = 0
     for j in range(k):
         i = work[j]
+        if meta[M_FLAGS, i] & F_FORCED_ADJ:  # End.X / End.DX6: the SID chose the adjacency
+            meta[M_FLAGS, i] &= ~F_FORCED_ADJ
+            to_adjacency(frames, frame_n, meta, dp, i, meta[M_ADJ, i], True)
+            continue
         l3 = meta[M_L3, i]
         fib = meta[M_FIB, i]
         if fib < 0 or fib >= dp.fib6_roots.shape[0]:
@@ -118,13 +160,5 @@ def ip6_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
             meta[M_HASH, i] = np.int32(h)
         else:
             h = np.uint32(0)
-        a = pick_adjacency(dp, v, h)
-        meta[M_ADJ, i] = a
-        t = dp.adj[a, A_TYPE]
-        if t == ADJ_LOCAL:
-            enqueue(frames, frame_n, meta, IP6_LOCAL, i)
-        elif t == ADJ_DROP:
-            drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
-        else:
-            enqueue(frames, frame_n, meta, IP6_REWRITE, i)
+        to_adjacency(frames, frame_n, meta, dp, i, pick_adjacency(dp, v, h), True)
     dp.counters[C.C_FIB_LOOKUPS] += lookups

@@ -15,6 +15,8 @@ NODE_NAMES: tuple[str, ...] = (
     "ip6-local",
     "ip4-lookup",
     "ip6-lookup",
+    "srv6-localsid",
+    "srv6-encap",
     "icmp4-error",
     "icmp6-error",
     "ip4-rewrite",
@@ -27,23 +29,25 @@ NODE_NAMES: tuple[str, ...] = (
 )
 N_NODES = len(NODE_NAMES)
 
-ETHERNET_INPUT = 0
-ARP_INPUT = 1
-IP4_INPUT = 2
-IP6_INPUT = 3
-IP4_LOCAL = 4
-IP6_LOCAL = 5
-IP4_LOOKUP = 6
-IP6_LOOKUP = 7
-ICMP4_ERROR = 8
-ICMP6_ERROR = 9
-IP4_REWRITE = 10
-IP6_REWRITE = 11
-IP4_FRAG = 12
-NEIGHBOR_REQUEST = 13
-INTERFACE_OUTPUT = 14
-ERROR_DROP = 15
-PUNT = 16
+ETHERNET_INPUT = NODE_NAMES.index("ethernet-input")
+ARP_INPUT = NODE_NAMES.index("arp-input")
+IP4_INPUT = NODE_NAMES.index("ip4-input")
+IP6_INPUT = NODE_NAMES.index("ip6-input")
+IP4_LOCAL = NODE_NAMES.index("ip4-local")
+IP6_LOCAL = NODE_NAMES.index("ip6-local")
+IP4_LOOKUP = NODE_NAMES.index("ip4-lookup")
+IP6_LOOKUP = NODE_NAMES.index("ip6-lookup")
+SRV6_LOCALSID = NODE_NAMES.index("srv6-localsid")
+SRV6_ENCAP = NODE_NAMES.index("srv6-encap")
+ICMP4_ERROR = NODE_NAMES.index("icmp4-error")
+ICMP6_ERROR = NODE_NAMES.index("icmp6-error")
+IP4_REWRITE = NODE_NAMES.index("ip4-rewrite")
+IP6_REWRITE = NODE_NAMES.index("ip6-rewrite")
+IP4_FRAG = NODE_NAMES.index("ip4-frag")
+NEIGHBOR_REQUEST = NODE_NAMES.index("neighbor-request")
+INTERFACE_OUTPUT = NODE_NAMES.index("interface-output")
+ERROR_DROP = NODE_NAMES.index("error-drop")
+PUNT = NODE_NAMES.index("punt")
 
 # Final dispositions written to M_NEXT by the terminal nodes.
 DONE_TX = 100
@@ -51,4 +55,3 @@ DONE_DROP = 101
 DONE_PUNT = 102
 FREE = 103
 
-assert NODE_NAMES.index("punt") == PUNT

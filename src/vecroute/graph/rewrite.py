@@ -14,6 +14,7 @@ from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.node_ids import INTERFACE_OUTPUT, IP4_FRAG, NEIGHBOR_REQUEST
 from vecroute.graph.state import A_IF, A_RWLEN, A_TYPE, ADJ_REWRITE, I_MTU
 from vecroute.packet.batch import (
+    F_HLIM_DONE,
     F_LOCAL_ORIGIN,
     F_SRC_LINK_LOCAL,
     M_ADJ,
@@ -56,8 +57,9 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
         a = meta[M_ADJ, i]
         l3 = meta[M_L3, i]
         local = meta[M_FLAGS, i] & F_LOCAL_ORIGIN
+        keep_ttl = meta[M_FLAGS, i] & (F_LOCAL_ORIGIN | F_HLIM_DONE)
         ttl = np.int32(buf[l3 + 8])
-        if not local and ttl <= 1:
+        if not keep_ttl and ttl <= 1:
             icmp_error(frames, frame_n, meta, i, False, C.C_TTL_EXPIRED,
                        ICMP4_TIME_EXCEEDED, 0, 0)
             continue
@@ -71,11 +73,12 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
         if dp.adj[a, A_TYPE] != ADJ_REWRITE:
             enqueue(frames, frame_n, meta, NEIGHBOR_REQUEST, i)
             continue
-        if not local:
+        if not keep_ttl:
             old = rd16(buf, l3 + 8)
             new = np.uint32(old - np.uint32(0x100))
             wr16(buf, l3 + 8, new)
             wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
+        if not local:
             fwd += 1
         if need_frag:
             enqueue(frames, frame_n, meta, IP4_FRAG, i)
@@ -94,10 +97,11 @@ def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
         l3 = meta[M_L3, i]
         flags = meta[M_FLAGS, i]
         local = flags & F_LOCAL_ORIGIN
+        keep_hlim = flags & (F_LOCAL_ORIGIN | F_HLIM_DONE)
         if not local and flags & F_SRC_LINK_LOCAL:
             drop(frames, frame_n, meta, i, C.C_IP6_LINK_LOCAL)
             continue
-        if not local and buf[l3 + 7] <= 1:
+        if not keep_hlim and buf[l3 + 7] <= 1:
             icmp_error(frames, frame_n, meta, i, True, C.C_TTL_EXPIRED,
                        ICMP6_TIME_EXCEEDED, 0, 0)
             continue
@@ -110,8 +114,9 @@ def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
         if dp.adj[a, A_TYPE] != ADJ_REWRITE:
             enqueue(frames, frame_n, meta, NEIGHBOR_REQUEST, i)
             continue
-        if not local:
+        if not keep_hlim:
             buf[l3 + 7] -= 1
+        if not local:
             fwd += 1
         apply_rewrite(buf, meta, dp, i, a)
         enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)

@@ -39,7 +39,9 @@ ADJ_LOCAL = 1  # receive: for us
 ADJ_DROP = 2  # blackhole
 ADJ_INCOMPLETE = 3  # next hop known, its MAC not yet
 ADJ_GLEAN = 4  # connected subnet: the next hop is the destination itself
-ADJ_NAMES = ("rewrite", "local", "drop", "incomplete", "glean")
+ADJ_SRV6_ENCAP = 5  # steer into an SR policy: A_NH4 holds the policy index
+ADJ_SRV6_LOCALSID = 6  # a local SID: A_NH4 holds the local SID index
+ADJ_NAMES = ("rewrite", "local", "drop", "incomplete", "glean", "sr-policy", "sr-localsid")
 RW_MAX = 16
 
 # load-balance columns (lb int32 [n_lb, 2]): start, count in lb_buckets
@@ -74,7 +76,26 @@ GLEAN_SLOTS = 4096
 # data-path options (opts int64 [OPT_COLS])
 OPT_LIVE = 0  # 1: a live control plane runs: punt unresolved-neighbour packets to its queue
               # and punt a copy of ARP requests it answers (so it learns the requester)
+OPT_FIB_GEN = 1  # generation of the FIB: SR policies' cached first-hop adjacencies compare it
 OPT_COLS = 4
+
+# SRv6 local SIDs (sr_sid int32 [n, SID_COLS])
+SID_BEHAVIOR = 0
+SID_FLAVOR = 1  # 1 = PSP
+SID_FIB4 = 2  # FIB table index for End.T / End.DT4 / End.DT46 (ip4 part)
+SID_FIB6 = 3  # FIB table index for End.T / End.DT6 / End.DT46 (ip6 part)
+SID_ADJ = 4  # adjacency for End.X / End.DX4 / End.DX6
+SID_COLS = 5
+# SR policies (sr_pol int32 [n, POL_COLS]): buckets of segment lists in sr_bucket
+POL_BSTART = 0
+POL_BN = 1
+POL_COLS = 2
+# segment lists (sr_list int32 [n, LIST_COLS]); the outer header is precomputed in sr_hdr
+LIST_HDRLEN = 0  # bytes of outer IPv6 header + SRH
+LIST_SRH = 1  # 1 when the list carries an SRH (not a single-segment .Red)
+LIST_FIB = 2  # FIB table index (ip6) where the first segment is looked up
+LIST_COLS = 3
+SR_HDR_MAX = 40 + 8 + 16 * 16  # at most 16 segments
 
 DP = namedtuple(
     "DP",
@@ -83,6 +104,7 @@ DP = namedtuple(
         "fib4_roots", "fib4_groups", "fib6_roots", "fib6_groups",
         "lb", "lb_buckets", "adj", "adj_rw", "adj_last_req", "glean",
         "icmp_tb", "counters", "if_stats", "node_stats", "opts",
+        "sr_sid", "sr_pol", "sr_bucket", "sr_list", "sr_hdr", "sr_cache",
     ],
 )
 
@@ -111,6 +133,12 @@ class DataPlaneState:
     node_stats: np.ndarray = field(
         default_factory=lambda: np.zeros((N_NODES, NS_COLS), dtype=np.int64))
     opts: np.ndarray = field(default_factory=lambda: np.zeros(OPT_COLS, dtype=np.int64))
+    sr_sid: np.ndarray = field(default_factory=lambda: np.zeros((1, SID_COLS), dtype=np.int32))
+    sr_pol: np.ndarray = field(default_factory=lambda: np.zeros((1, POL_COLS), dtype=np.int32))
+    sr_bucket: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int32))
+    sr_list: np.ndarray = field(default_factory=lambda: np.zeros((1, LIST_COLS), dtype=np.int32))
+    sr_hdr: np.ndarray = field(default_factory=lambda: np.zeros((1, SR_HDR_MAX), dtype=np.uint8))
+    sr_cache: np.ndarray = field(default_factory=lambda: np.full((1, 2), -1, dtype=np.int64))
 
     def __post_init__(self) -> None:
         if self.if_stats is None:

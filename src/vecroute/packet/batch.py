@@ -47,6 +47,8 @@ F_FRAG_NONFIRST = 8  # ip4 fragment offset != 0
 F_ICMP_ERROR = 16  # the packet is itself an ICMP/ICMPv6 error message
 F_IP6 = 32
 F_SRC_LINK_LOCAL = 64  # ip6 source is link-local: local delivery only, never forwarded
+F_HLIM_DONE = 128  # TTL / hop limit already checked and decremented (SRv6 End, encap)
+F_FORCED_ADJ = 256  # adjacency already chosen (End.DX4/DX6): the lookup is skipped
 
 
 class PacketBatch:

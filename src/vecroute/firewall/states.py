@@ -1,0 +1,350 @@
+"""Dynamic states (``keep-state`` / ``check-state``): an open-addressing hash table in numpy.
+
+One table per worker (DragonFly's per-CPU states: no locks on the data path). A state is a
+bidirectional 5-tuple: the key is canonical (the smaller (address, port) endpoint first, as
+128-bit addresses, IPv4 in the low word) so both directions of a flow find the same row.
+
+``st int64[cap, ST_COLS]`` (``cap`` a power of two, linear probing, backward-shift
+deletion, ``ST_META == 0`` marks a free row)::
+
+    ST_AHI ST_ALO ST_BHI ST_BLO  endpoint A and B addresses (IPv4: hi = 0, lo = address)
+    ST_PORTS                     port A << 16 | port B (0 for protocols without ports)
+    ST_META                      USED | family << 16 | protocol
+    ST_EXPIRE                    expiry time (ns, the batch clock)
+    ST_RULE                      index of the rule that created the state (its action applies)
+    ST_FLAGS                     TCP FIN/SYN/RST seen forward (bits 0-7) and reverse (8-15);
+                                 bit 16: the creating packet went A -> B
+    ST_PKTS ST_BYTES             traffic that matched the state
+
+``ctl int64[FC_COLS]`` holds the counts, the sweep cursor, the lifetimes (ns) and counters.
+
+TCP lifetimes follow ipfw: SYN seen in one direction only -> ``syn`` (20 s); SYN seen both
+ways -> ``established`` (300 s); FIN seen both ways -> ``fin`` (1 s); any RST -> ``rst``
+(1 s). UDP -> ``udp`` (10 s), anything else -> ``other`` (30 s). Every packet that matches a
+state moves its expiry to now + lifetime.
+
+Reclaiming never pauses forwarding: a lookup that meets its own key expired deletes it on
+the spot (lazy expiry), and every batch sweeps a bounded number of rows (``FC_SWEEP``,
+default 64) from a rotating cursor. A new flow may also reuse an expired row on its probe
+path. When ``max_states`` live rows exist a new state is refused (the packet is dropped and
+``FC_FULL_DROPS`` counts it); existing states keep working. The table grows by doubling
+(between batches, :func:`grow_states`) so that its load stays under 1/2; it never exceeds
+twice the next power of two above ``max_states``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+ST_AHI = 0
+ST_ALO = 1
+ST_BHI = 2
+ST_BLO = 3
+ST_PORTS = 4
+ST_META = 5
+ST_EXPIRE = 6
+ST_RULE = 7
+ST_FLAGS = 8
+ST_PKTS = 9
+ST_BYTES = 10
+ST_COLS = 11
+
+META_USED = 1 << 24
+FLAG_CREATOR_AB = 1 << 16
+
+# ctl columns
+FC_COUNT = 0  # occupied rows (live + expired not yet reclaimed)
+FC_MAX = 1  # max_states
+FC_CURSOR = 2  # sweep position
+FC_LIFE_SYN = 3
+FC_LIFE_EST = 4
+FC_LIFE_FIN = 5
+FC_LIFE_RST = 6
+FC_LIFE_UDP = 7
+FC_LIFE_OTHER = 8
+FC_CREATED = 9  # states created
+FC_EXPIRED = 10  # expired states reclaimed
+FC_FULL_DROPS = 11  # new flows dropped: max_states live states
+FC_HITS = 12  # packets that matched a state
+FC_SWEEP = 13  # rows swept per batch
+FC_LOOKUPS = 14  # state lookups
+FC_CAP_DROPS = 15  # new flows dropped because the table waits for growth (never expected)
+FC_COLS = 16
+
+FC_NAMES = {
+    FC_COUNT: "states",
+    FC_CREATED: "created",
+    FC_EXPIRED: "expired",
+    FC_FULL_DROPS: "full-drops",
+    FC_HITS: "hits",
+    FC_LOOKUPS: "lookups",
+    FC_CAP_DROPS: "capacity-drops",
+}
+
+LIFETIMES = ("syn", "established", "fin", "rst", "udp", "other")
+DEFAULT_LIFETIMES = {"syn": 20, "established": 300, "fin": 1, "rst": 1, "udp": 10, "other": 30}
+_LIFE_COL = {"syn": FC_LIFE_SYN, "established": FC_LIFE_EST, "fin": FC_LIFE_FIN,
+             "rst": FC_LIFE_RST, "udp": FC_LIFE_UDP, "other": FC_LIFE_OTHER}
+
+TH_FIN = 0x01
+TH_SYN = 0x02
+TH_RST = 0x04
+_TRACK = TH_FIN | TH_SYN | TH_RST
+_BOTH_SYN = TH_SYN | (TH_SYN << 8)
+_BOTH_FIN = TH_FIN | (TH_FIN << 8)
+_ANY_RST = TH_RST | (TH_RST << 8)
+
+MIN_CAPACITY = 1024
+SWEEP_DEFAULT = 64
+
+
+def new_ctl(max_states: int, lifetimes: dict[str, float] | None = None,
+            sweep: int = SWEEP_DEFAULT) -> np.ndarray:
+    ctl = np.zeros(FC_COLS, np.int64)
+    ctl[FC_MAX] = max_states
+    ctl[FC_SWEEP] = sweep
+    life = dict(DEFAULT_LIFETIMES)
+    life.update(lifetimes or {})
+    for k, col in _LIFE_COL.items():
+        ctl[col] = int(round(float(life[k]) * 1e9))
+    return ctl
+
+
+def new_table(capacity: int = MIN_CAPACITY) -> np.ndarray:
+    cap = MIN_CAPACITY
+    while cap < capacity:
+        cap *= 2
+    return np.zeros((cap, ST_COLS), np.int64)
+
+
+def capacity_for(max_states: int) -> int:
+    """The largest table a ``max_states`` limit needs (load <= 1/2)."""
+    cap = MIN_CAPACITY
+    while cap < 2 * max_states:
+        cap *= 2
+    return cap
+
+
+@njit(cache=True, inline="always")
+def _mix(z):
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, inline="always")
+def _home(ahi, alo, bhi, blo, ports, meta, mask):
+    h = _mix(np.uint64(ahi) ^ np.uint64(0x9E3779B97F4A7C15))
+    h = _mix(h ^ np.uint64(alo))
+    h = _mix(h ^ np.uint64(bhi))
+    h = _mix(h ^ np.uint64(blo))
+    h = _mix(h ^ np.uint64(ports) ^ (np.uint64(meta) << np.uint64(32)))
+    return np.int64(h & np.uint64(mask))
+
+
+@njit(cache=True, inline="always")
+def _row_home(st, j, mask):
+    return _home(st[j, ST_AHI], st[j, ST_ALO], st[j, ST_BHI], st[j, ST_BLO], st[j, ST_PORTS],
+                 st[j, ST_META], mask)
+
+
+@njit(cache=True, inline="always")
+def _lt(ahi, alo, ap, bhi, blo, bp):
+    """(a, port a) < (b, port b), addresses compared as unsigned 128-bit numbers."""
+    uah = np.uint64(ahi)
+    ubh = np.uint64(bhi)
+    if uah != ubh:
+        return uah < ubh
+    ual = np.uint64(alo)
+    ubl = np.uint64(blo)
+    if ual != ubl:
+        return ual < ubl
+    return ap < bp
+
+
+@njit(cache=True)
+def state_key(family, shi, slo, sport, dhi, dlo, dport, proto):
+    """Canonical key of a packet: (ahi, alo, bhi, blo, ports, meta, packet goes A -> B)."""
+    sp = sport if sport >= 0 else 0
+    dp = dport if dport >= 0 else 0
+    meta = META_USED | (family << 16) | (proto & 0xFFFF)
+    if _lt(dhi, dlo, dp, shi, slo, sp):
+        return dhi, dlo, shi, slo, (dp << 16) | sp, meta, False
+    return shi, slo, dhi, dlo, (sp << 16) | dp, meta, True
+
+
+@njit(cache=True)
+def _remove_at(st, ctl, j):
+    """Backward-shift deletion of row j."""
+    mask = st.shape[0] - 1
+    while True:
+        st[j, ST_META] = 0
+        k = j
+        while True:
+            k = (k + 1) & mask
+            if st[k, ST_META] == 0:
+                ctl[FC_COUNT] -= 1
+                return
+            h = _row_home(st, k, mask)
+            if j <= k:
+                if j < h <= k:
+                    continue
+            elif h > j or h <= k:
+                continue
+            for c in range(ST_COLS):
+                st[j, c] = st[k, c]
+            j = k
+            break
+
+
+@njit(cache=True)
+def state_find(st, ctl, ahi, alo, bhi, blo, ports, meta, now):
+    """Row of a live state with this key, or -1 (an expired one is reclaimed on the spot)."""
+    mask = st.shape[0] - 1
+    j = _home(ahi, alo, bhi, blo, ports, meta, mask)
+    ctl[FC_LOOKUPS] += 1
+    while True:
+        m = st[j, ST_META]
+        if m == 0:
+            return -1
+        if (m == meta and st[j, ST_PORTS] == ports and st[j, ST_ALO] == alo
+                and st[j, ST_BLO] == blo and st[j, ST_AHI] == ahi and st[j, ST_BHI] == bhi):
+            if st[j, ST_EXPIRE] <= now:
+                _remove_at(st, ctl, j)
+                ctl[FC_EXPIRED] += 1
+                return -1
+            return j
+        j = (j + 1) & mask
+
+
+@njit(cache=True)
+def state_insert(st, ctl, ahi, alo, bhi, blo, ports, meta, ab, rule, now):
+    """Create a state for a key known to be absent; returns its row, or -1 when full.
+
+    An expired row met on the probe path is reused. Without one, a table holding
+    ``max_states`` rows first sweeps 256 rows for expired ones, then refuses."""
+    mask = st.shape[0] - 1
+    j = _home(ahi, alo, bhi, blo, ports, meta, mask)
+    while st[j, ST_META] != 0 and st[j, ST_EXPIRE] > now:
+        j = (j + 1) & mask
+    if st[j, ST_META] != 0:  # an expired row: replace it
+        ctl[FC_EXPIRED] += 1
+        ctl[FC_COUNT] -= 1
+    else:
+        if ctl[FC_COUNT] >= ctl[FC_MAX]:
+            sweep_states(st, ctl, now, 256)
+            if ctl[FC_COUNT] >= ctl[FC_MAX]:
+                ctl[FC_FULL_DROPS] += 1
+                return -1
+            # the sweep may have moved rows: find the free row again
+            j = _home(ahi, alo, bhi, blo, ports, meta, mask)
+            while st[j, ST_META] != 0 and st[j, ST_EXPIRE] > now:
+                j = (j + 1) & mask
+            if st[j, ST_META] != 0:
+                ctl[FC_EXPIRED] += 1
+                ctl[FC_COUNT] -= 1
+        if st[j, ST_META] == 0 and (ctl[FC_COUNT] + 1) * 4 > st.shape[0] * 3:
+            ctl[FC_CAP_DROPS] += 1
+            return -1
+    st[j, ST_META] = 0
+    st[j, ST_AHI] = ahi
+    st[j, ST_ALO] = alo
+    st[j, ST_BHI] = bhi
+    st[j, ST_BLO] = blo
+    st[j, ST_PORTS] = ports
+    st[j, ST_EXPIRE] = now
+    st[j, ST_RULE] = rule
+    st[j, ST_FLAGS] = FLAG_CREATOR_AB if ab else 0
+    st[j, ST_PKTS] = 0
+    st[j, ST_BYTES] = 0
+    st[j, ST_META] = meta
+    ctl[FC_COUNT] += 1
+    ctl[FC_CREATED] += 1
+    return j
+
+
+@njit(cache=True)
+def state_update(st, ctl, j, ab, proto, tcpflags, length, now):
+    """A packet matched state row j (``ab``: it goes A -> B): track TCP flags, refresh."""
+    f = st[j, ST_FLAGS]
+    forward = ((f & FLAG_CREATOR_AB) != 0) == ab
+    if proto == 6:
+        fl = tcpflags & _TRACK if tcpflags > 0 else 0
+        f |= fl if forward else (fl << 8)
+        st[j, ST_FLAGS] = f
+        if f & _ANY_RST:
+            life = ctl[FC_LIFE_RST]
+        elif (f & _BOTH_FIN) == _BOTH_FIN:
+            life = ctl[FC_LIFE_FIN]
+        elif (f & _BOTH_SYN) == _BOTH_SYN:
+            life = ctl[FC_LIFE_EST]
+        else:
+            life = ctl[FC_LIFE_SYN]
+    elif proto == 17:
+        life = ctl[FC_LIFE_UDP]
+    else:
+        life = ctl[FC_LIFE_OTHER]
+    st[j, ST_EXPIRE] = now + life
+    st[j, ST_PKTS] += 1
+    st[j, ST_BYTES] += length
+
+
+@njit(cache=True)
+def sweep_states(st, ctl, now, budget):
+    """Examine ``budget`` rows from the cursor on; reclaim the expired ones."""
+    mask = st.shape[0] - 1
+    c = ctl[FC_CURSOR] & mask
+    n = 0
+    while n < budget:
+        n += 1
+        if st[c, ST_META] != 0 and st[c, ST_EXPIRE] <= now:
+            _remove_at(st, ctl, c)  # a later row may move into c: look at c again
+            ctl[FC_EXPIRED] += 1
+        else:
+            c = (c + 1) & mask
+    ctl[FC_CURSOR] = c
+
+
+@njit(cache=True)
+def rehash_states(st, cap):
+    out = np.zeros((cap, ST_COLS), np.int64)
+    mask = cap - 1
+    for i in range(st.shape[0]):
+        if st[i, ST_META] == 0:
+            continue
+        j = _row_home(st, i, mask)
+        while out[j, ST_META] != 0:
+            j = (j + 1) & mask
+        for c in range(ST_COLS):
+            out[j, c] = st[i, c]
+    return out
+
+
+@njit(cache=True)
+def remap_state_rules(st, mapping):
+    """After a rule-set change: ST_RULE -> mapping[ST_RULE]; states whose rule is gone
+    (mapping -1) expire at once (reclaimed lazily)."""
+    for i in range(st.shape[0]):
+        if st[i, ST_META] == 0:
+            continue
+        r = st[i, ST_RULE]
+        nr = mapping[r] if 0 <= r < mapping.shape[0] else -1
+        if nr < 0:
+            st[i, ST_EXPIRE] = 0
+            st[i, ST_RULE] = 0
+        else:
+            st[i, ST_RULE] = nr
+
+
+def grow_states(st: np.ndarray, ctl: np.ndarray) -> np.ndarray:
+    """Between batches: a bigger table when the load passed 1/2 (else ``st`` itself)."""
+    cap = st.shape[0]
+    limit = capacity_for(int(ctl[FC_MAX]))
+    if ctl[FC_COUNT] * 2 <= cap or cap >= limit:
+        return st
+    new_cap = cap
+    while ctl[FC_COUNT] * 2 > new_cap and new_cap < limit:
+        new_cap *= 2
+    ctl[FC_CURSOR] = 0
+    return rehash_states(st, new_cap)

@@ -1,0 +1,1 @@
+"""SRv6: SR policies (headend), local SIDs (endpoint), steering."""
