@@ -224,6 +224,148 @@ def _clear(r: RouterControl, argv: list[str]) -> Reply:
     return Reply({"cleared": True}, "counters cleared\n")
 
 
+def _sr(r: RouterControl, argv: list[str]) -> Reply:
+    """sr localsid|policy|steer add|del|show (VPP's `sr localsid address … behavior …`)."""
+    from vecroute.srv6.tables import BEHAVIORS, LocalSid, Policy
+
+    what = _words(argv, 1, "localsid | policy | steer")
+    op = _words(argv, 2, "add | del | show")
+    sr = r.fib.srv6
+    if op == "show":
+        rows = {
+            "localsid": sr.localsid_rows,
+            "policy": sr.policy_rows,
+            "steer": sr.steering_rows,
+        }.get(what)
+        if rows is None:
+            raise CommandError(f"sr {what!r}: expected localsid, policy or steer")
+        data = rows()
+        flat = [
+            {
+                k: (
+                    ", ".join(" ".join(x["segments"]) + f" weight {x['weight']}" for x in v)
+                    if k == "segment_lists"
+                    else v
+                )
+                for k, v in d.items()
+            }
+            for d in data
+        ]
+        return Reply(data, _render(f"SRv6 {what}", flat))
+    if op not in ("add", "del", "delete"):
+        raise CommandError(f"sr {what} {op!r}: expected add, del or show")
+    kw = _keywords(argv[3:], multi={"segments", "via"})
+    try:
+        if what == "localsid":
+            sid = _prefix(
+                kw.pop("sid", None) or kw.pop("address", None) or _words([], 0, "sid ADDRESS")
+            )
+            if sid.version != 6:
+                raise CommandError(f"{sid} is not an IPv6 SID")
+            table = _int(kw.pop("fib-table", "0"), "fib-table")
+            if op == "add":
+                beh = kw.pop("behavior", None)
+                if beh not in BEHAVIORS:
+                    raise CommandError(f"behavior {beh!r}: expected one of {' '.join(BEHAVIORS)}")
+                nh = _address(kw.pop("nh")) if "nh" in kw else None
+                ls = LocalSid(
+                    sid, beh, nh, _int(kw.pop("table", "0"), "table"), kw.pop("flavor", None), table
+                )
+                _no_more(kw)
+                r.fib.sr("add_localsid", ls)
+            else:
+                _no_more(kw)
+                r.fib.sr("del_localsid", sid, table)
+        elif what == "policy":
+            bsid = _address(kw.pop("bsid", None) or _words([], 0, "bsid ADDRESS"))
+            if op == "add":
+                segs = [_address(x) for x in kw.pop("segments", [])]
+                if not segs:
+                    raise CommandError("missing segments S1,S2,… (or segments S1 segments S2)")
+                src = _address(kw.pop("source")) if "source" in kw else None
+                pol = Policy(
+                    bsid,
+                    [(segs, _int(kw.pop("weight", "1"), "weight"))],
+                    kw.pop("mode", "encap"),
+                    src,
+                )
+                _no_more(kw)
+                r.fib.sr("add_policy", pol)
+            else:
+                _no_more(kw)
+                r.fib.sr("del_policy", bsid)
+        elif what == "steer":
+            prefix = _prefix(kw.pop("prefix", None) or _words([], 0, "prefix PREFIX"))
+            table = _int(kw.pop("table", "0"), "table")
+            if op == "add":
+                via = kw.pop("via", [])
+                explicit = kw.get("bsid") if kw.get("bsid") != kw.get("prefix") else None
+                bsid = _address(via[-1] if via else explicit or _words([], 0, "via bsid ADDRESS"))
+                _no_more(kw)
+                r.fib.sr("steer", prefix, bsid, table)
+            else:
+                _no_more(kw)
+                r.fib.sr("unsteer", prefix, table)
+        else:
+            raise CommandError(f"sr {what!r}: expected localsid, policy or steer")
+    except RouteError as e:
+        raise CommandError(str(e)) from None
+    r.commit()
+    return Reply({"sr": what, "op": op}, f"sr {what} {op}: ok\n")
+
+
+def _keywords(words: list[str], multi: set[str]) -> dict:
+    """``key value`` pairs; a positional first word is the object (sid/bsid/prefix)."""
+    out: dict = {}
+    keys = {
+        "sid",
+        "address",
+        "behavior",
+        "nh",
+        "table",
+        "fib-table",
+        "flavor",
+        "bsid",
+        "segments",
+        "source",
+        "weight",
+        "mode",
+        "prefix",
+        "via",
+    }
+    if words and words[0] not in keys:
+        words = ["_pos", *words]
+    i = 0
+    while i < len(words):
+        k = words[i]
+        if k not in keys and k != "_pos":
+            raise CommandError(f"unexpected word {k!r}")
+        if i + 1 >= len(words):
+            raise CommandError(f"{k!r} needs a value")
+        v = words[i + 1]
+        if k == "via" and v == "bsid":  # `steer PREFIX via bsid B`
+            if i + 2 >= len(words):
+                raise CommandError("via bsid needs an address")
+            v = words[i + 2]
+            i += 1
+        if k in multi:
+            out.setdefault(k, []).extend(x for x in v.split(",") if x)
+        else:
+            out[k] = v
+        i += 2
+    if "_pos" in out:
+        pos = out.pop("_pos")
+        for k in ("sid", "bsid", "prefix"):
+            out.setdefault(k, pos)
+    return out
+
+
+def _no_more(kw: dict) -> None:
+    kw.pop("sid", None), kw.pop("bsid", None), kw.pop("prefix", None)
+    if kw:
+        raise CommandError(f"unexpected word {next(iter(kw))!r} here")
+
+
 COMMANDS: dict[str, Callable[[RouterControl, list[str]], Reply]] = {
     "show": _show,
     "route": _route,
@@ -231,6 +373,7 @@ COMMANDS: dict[str, Callable[[RouterControl, list[str]], Reply]] = {
     "neighbour": _neighbor,
     "neigh": _neighbor,
     "clear": _clear,
+    "sr": _sr,
 }
 
 
