@@ -338,6 +338,20 @@ def test_ping_router(router: Router, dst: str) -> None:
     assert_checksums(q)
 
 
+@settings(max_examples=60, deadline=None)
+@given(ident=st.integers(0, 0xFFFF), seq=st.integers(0, 0xFFFF), data=st.binary(max_size=300))
+def test_echo_reply_checksum_property(ident: int, seq: int, data: bytes) -> None:
+    """The reply's ICMP checksum (incrementally updated for the type change) is what scapy
+    computes, for any id/seq/data, including checksums near 0x0000 / 0xFFFF."""
+    p = eth() / IP(src=H0_IP4, dst=R0_IP4) / ICMP(id=ident, seq=seq) / data
+    res = _ROUTER.run([p])
+    assert len(res.tx) == 1
+    q = res.tx[0].pkt
+    assert q[ICMP].type == 0 and q[ICMP].id == ident and q[ICMP].seq == seq
+    assert bytes(q[ICMP].payload) == data
+    assert_checksums(q)
+
+
 def test_ping_router_with_ttl1(router: Router) -> None:
     """TTL is only checked when forwarding: a TTL-1 packet to us is delivered."""
     res = router.run([eth() / IP(src=H0_IP4, dst=R0_IP4, ttl=1) / ICMP(id=1, seq=1) / b"x"])

@@ -24,6 +24,8 @@ from conftest import (
     mac_bytes,
     solicited_node,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scapy.layers.inet import TCP, UDP
 from scapy.layers.inet6 import (
     ICMPv6EchoReply,
@@ -232,6 +234,20 @@ def test_ping6_router(router: Router, dst: str) -> None:
     assert e.type == 129 and e.code == 0
     assert e.id == 0xBEEF and e.seq == 9 and e.data == data
     assert_checksums(q)
+
+
+_ROUTER = Router()
+
+
+@settings(max_examples=60, deadline=None)
+@given(ident=st.integers(0, 0xFFFF), seq=st.integers(0, 0xFFFF), data=st.binary(max_size=300))
+def test_echo6_reply_checksum_property(ident: int, seq: int, data: bytes) -> None:
+    p = eth() / IPv6(src=H0_IP6, dst=R0_IP6) / ICMPv6EchoRequest(id=ident, seq=seq, data=data)
+    res = _ROUTER.run([p])
+    assert len(res.tx) == 1
+    e = res.tx[0].pkt[ICMPv6EchoReply]
+    assert (e.id, e.seq, e.data) == (ident, seq, data)
+    assert_checksums(res.tx[0].pkt)
 
 
 def test_ping6_link_local_and_all_nodes(router: Router) -> None:

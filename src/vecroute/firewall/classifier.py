@@ -1,0 +1,1232 @@
+"""The compiled firewall classifier: bit vectors over per-field equivalence classes.
+
+Kernel API (for the graph nodes fw-in / fw-out)
+================================================
+
+The data path sees one flat set of numpy arrays, the ``FW`` namedtuple (same pattern as the
+graph's ``DP``: pass the arrays flat across the Python/numba boundary, build the tuple inside
+compiled code)::
+
+    fw = FW(*firewall.args())                  # Python: firewall.args() is a flat tuple
+    fw_batch(fw, keys, n, direction, now, verdicts, rules, aux)        # @njit, a whole vector
+    verdict, rule, aux = fw_classify(fw, keys, i, direction, now)     # @njit, row i of keys
+
+- ``keys``: ``int64[>= n, K_COLS]``, one row per packet, columns in
+  :mod:`vecroute.firewall.keys` (``extract_keys(buf, meta, work, k, keys)`` fills them from a
+  batch after ip4-input/ip6-input, or after a lookup for the output direction).
+- ``direction``: ``DIR_IN`` (0, after ip4/ip6-input) or ``DIR_OUT`` (1, after the lookup,
+  with ``K_TX`` set to the transmit interface).
+- ``now``: the batch clock in ns (``int64``); rule last-match times and state expiries use it.
+- outputs (``int32[>= n]`` each): ``verdicts[i]`` is ``V_PASS`` (0), ``V_DROP`` (1),
+  ``V_REJECT`` (2) or ``V_RESET`` (3); ``rules[i]`` the index of the deciding rule
+  (``firewall.rule_at(index)``; the default rule 65535 is the last index); ``aux[i]``:
+  for V_REJECT the ICMP error to send as ``type << 8 | code`` (ICMP type 3 for IPv4, ICMPv6
+  type 1 for IPv6 -- the same encoding as the batch's ``M_AUX``); for V_DROP the reason
+  (``DROP_RULE`` 0: a deny/reset/unreach rule, ``DROP_STATE_FULL`` 1: keep-state could not
+  create a state); 0 otherwise. V_RESET: answer with a TCP RST (only ever returned for a TCP
+  packet with its header present and without RST set; otherwise ``reset`` gives V_DROP).
+- side effects inside the kernel: per-rule counters ``cnt[rule] = (packets, bytes, last match
+  ns)`` for every matching count rule and the deciding rule; dynamic states created,
+  refreshed and reclaimed (``st``, ``ctl``, see :mod:`vecroute.firewall.states`); each
+  ``fw_batch`` call first sweeps ``ctl[FC_SWEEP]`` state rows.
+
+``FW`` fields (all read-only for the data path except ``cnt``, ``st`` and ``ctl``):
+
+================  ========================================================================
+cl4_roots/groups  IPv4 class tries (:class:`~vecroute.fib.lpm.Lpm`): address -> class row
+cl6_roots/groups  IPv6 class tries
+cmap              int32: header (LPM table indices) + sport/dport map (65537 entries each,
+                  the last one = "no port") + meta map (direction x family x protocol)
+bm, ag            uint64 bit vectors: ``bm[row, w]`` bit b = rule ``64 w + b`` accepts this
+                  class; ``ag[row, a]`` bit j = ``bm[row, 64 a + j] != 0`` (aggregate)
+rinfo             int64 per rule: number, action, argument, flags, residual program span
+prog              int64 residual program rows (tables, interfaces, TCP flags, ICMP types ...)
+probes            int32 sorted indices of check-state / keep-state rules, then a sentinel
+cnt               int64[n_rules, 3] packets, bytes, last match (ns)
+t4_*/t6_*/t_idx   lookup tables (:mod:`vecroute.firewall.tables`)
+nt, if_tab        number tables (hash) and iface tables
+st, ctl           dynamic states and their control/counter row
+================  ========================================================================
+
+Algorithm
+=========
+
+Five fields are indexed: source address, destination address, source port, destination
+port, and "meta" (direction x address family x protocol). Each field's values are cut into
+equivalence classes (RFC-style): for addresses, the class of an address is its longest
+matching prefix among all prefixes the rules mention (so one LPM lookup in a small trie
+gives it, and a rule's prefix covers a contiguous run of classes in pre-order); for ports,
+the elementary intervals between range endpoints (plus "no port"); for meta, the 1028 raw
+values, deduplicated. Each class owns a bit vector with one bit per rule: set when the
+rule's condition on that field accepts the class. ``not``, lists and ``me`` are exact
+(``me`` expands to the router's addresses at compile time); conditions the index cannot
+express (tables, interfaces, TCP flags, ICMP types, TTL, frag) leave the field "any" in the
+index and become a short residual program checked for candidate rules only.
+
+Per packet: 2 LPM lookups and 3 array reads give 5 class rows; the AND of their aggregate
+words (one bit per 64 rules) points at the 64-rule words where all five agree; the AND of
+those words gives candidate rules in rule order; the first candidate whose residual program
+passes decides -- or, for ``count`` and ``skipto``, the walk goes on from the next rule or
+the skipto target (always forward, so it ends). ``check-state`` / ``keep-state`` rules are
+probe points: the first probe point the walk reaches or passes looks the state table up
+once. Cost grows with the number of candidate rules a packet has, not with the rule count:
+a 10K-rule set costs ~10K/4096 aggregate words per field plus the few words that hold
+candidates.
+
+Memory: ``rows x ceil(rules/64) x 8`` bytes for ``bm`` (rows ~ distinct prefixes + port
+intervals + a few meta classes): about 10-25 MB for the ClassBench 10k sets. Long address
+lists belong in tables (one rule, O(1) lookup), not in rules.
+
+Updates: :func:`compile_rules` builds everything from scratch (vectorised; the 10k
+ClassBench sets in well under a second). :func:`insert_rule` / :func:`delete_rule` update a
+copy incrementally instead: they shift the bit columns after the position by one, create
+the classes the new rule needs by splitting existing ones (a new prefix copies the row of
+its covering class; a new port range or meta value copies the rows it splits), set the new
+rule's bits and refresh the aggregates -- O(size of the bit vectors), no re-lowering of the
+other rules. Either way the data path keeps using the old arrays until the caller swaps in
+the new ``CompiledFirewall`` (build aside, swap a reference). Classes left unused by
+deletions stay until the next full compile.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+from collections import namedtuple
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv6Address, ip_address
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from vecroute.fib.lpm import Lpm, lpm4_lookup, lpm6_lookup
+from vecroute.firewall.keys import (
+    FRAG_NONFIRST,
+    K_DPORT,
+    K_DST_HI,
+    K_DST_LO,
+    K_FAMILY,
+    K_FRAG,
+    K_ICMPTYPE,
+    K_LEN,
+    K_PROTO,
+    K_RX,
+    K_SPORT,
+    K_SRC_HI,
+    K_SRC_LO,
+    K_TCPFLAGS,
+    K_TTL,
+    K_TX,
+)
+from vecroute.firewall.rules import (
+    DEFAULT_NUMBER,
+    IFACE_OPTIONS,
+    AddrSpec,
+    Rule,
+    RuleError,
+    default_rule,
+)
+from vecroute.firewall.states import (
+    FC_COUNT,
+    FC_HITS,
+    FC_SWEEP,
+    ST_RULE,
+    state_find,
+    state_insert,
+    state_key,
+    state_update,
+    sweep_states,
+)
+from vecroute.firewall.tables import (
+    TABLE_TYPES,
+    FwTables,
+    table_addr_lookup,
+    table_iface_lookup,
+    table_number_lookup,
+)
+
+# -- verdicts ---------------------------------------------------------------------------------
+V_PASS = 0
+V_DROP = 1
+V_REJECT = 2
+V_RESET = 3
+VERDICT_NAMES = ("pass", "drop", "reject", "reset")
+DROP_RULE = 0
+DROP_STATE_FULL = 1
+DIR_IN = 0
+DIR_OUT = 1
+
+# -- rule actions (rinfo[:, RI_ACT]) ------------------------------------------------------------
+A_ALLOW = 0
+A_DENY = 1
+A_REJECT = 2  # reject, unreach, unreach6: RI_ARG = code4 | code6 << 8
+A_RESET = 3
+A_COUNT = 4
+A_SKIPTO = 5  # RI_ARG = target rule index, -1 = tablearg
+A_CHECK = 6
+ACTION_CODES = {"allow": A_ALLOW, "deny": A_DENY, "reject": A_REJECT, "unreach": A_REJECT,
+                "unreach6": A_REJECT, "reset": A_RESET, "count": A_COUNT, "skipto": A_SKIPTO,
+                "check-state": A_CHECK}
+
+RI_NUM = 0
+RI_ACT = 1
+RI_ARG = 2
+RI_FLAGS = 3
+RI_POFF = 4
+RI_PLEN = 5
+RI_COLS = 6
+RF_CHECK = 1  # has a residual program
+RF_KEEP = 2  # keep-state
+RF_PROBE = 4  # a probe point (check-state or keep-state)
+RF_LOG = 8
+
+# -- residual program (prog int64[m, P_COLS]) ----------------------------------------------------
+OP_ADDR_TABLE = 1  # A: 0 src / 1 dst, B: table slot, C: value or -1
+OP_PORT_TABLE = 2  # A: 0 sport / 1 dport, B: table slot, C: value or -1
+OP_IFACE = 3  # A: 0 recv / 1 xmit / 2 via, B: interface index or -1 (any)
+OP_IFACE_TABLE = 4  # A: as OP_IFACE, B: table slot, C: value or -1
+OP_TCPFLAGS = 5  # A: flags that must be set, B: flags that must be clear
+OP_SETUP = 6
+OP_ESTABLISHED = 7
+OP_ICMP4TYPES = 8  # A..D: 256-bit type set
+OP_ICMP6TYPES = 9
+OP_FRAG = 10
+OP_TTL = 11  # A: n, then n OP_DATA rows (A lo, B hi)
+OP_DATA = 12
+P_OP = 0
+P_NEG = 1
+P_A = 2
+P_B = 3
+P_C = 4
+P_D = 5
+P_COLS = 6
+
+# -- cmap layout ---------------------------------------------------------------------------------
+CM_SRC4 = 0
+CM_DST4 = 1
+CM_SRC6 = 2
+CM_DST6 = 3
+CM_HDR = 8
+PORT_DOMAIN = 65537  # ports 0..65535 and 65536 = "no port"
+NO_PORT = 65536
+META_DOMAIN = 1028  # direction (2) x family (2) x protocol (256 + unknown)
+SPORT_OFF = CM_HDR
+DPORT_OFF = CM_HDR + PORT_DOMAIN
+META_OFF = CM_HDR + 2 * PORT_DOMAIN
+CMAP_SIZE = META_OFF + META_DOMAIN
+
+F_SRC = 0
+F_DST = 1
+F_SPORT = 2
+F_DPORT = 3
+F_META = 4
+FIELD_NAMES = ("src", "dst", "sport", "dport", "meta")
+
+FW = namedtuple(
+    "FW",
+    [
+        "cl4_roots", "cl4_groups", "cl6_roots", "cl6_groups", "cmap", "bm", "ag", "rinfo",
+        "prog", "probes", "cnt",
+        "t4_roots", "t4_groups", "t6_roots", "t6_groups", "t_idx", "nt", "if_tab",
+        "st", "ctl",
+    ],
+)
+
+_U1 = np.uint64(1)
+_TH_SYN = 0x02
+_TH_RST = 0x04
+_TH_ACK = 0x10
+
+
+# =============================================================================================
+# data path
+# =============================================================================================
+
+
+@intrinsic
+def cttz(typingctx, x):
+    """Count trailing zeros of a non-zero uint64 (llvm.cttz: tzcnt/bsf)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64), ir.IntType(1)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.cttz.i64")
+        return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)])
+
+    return sig, codegen
+
+
+@njit(cache=True, inline="always")
+def _class_rows(fw, keys, i, direction):
+    fam = keys[i, K_FAMILY]
+    cm = fw.cmap
+    if fam == 6:
+        rs = lpm6_lookup(fw.cl6_roots, fw.cl6_groups, cm[CM_SRC6], np.uint64(keys[i, K_SRC_HI]),
+                         np.uint64(keys[i, K_SRC_LO]))
+        rd = lpm6_lookup(fw.cl6_roots, fw.cl6_groups, cm[CM_DST6], np.uint64(keys[i, K_DST_HI]),
+                         np.uint64(keys[i, K_DST_LO]))
+        fi = 257
+    else:
+        rs = lpm4_lookup(fw.cl4_roots, fw.cl4_groups, cm[CM_SRC4],
+                         np.uint32(keys[i, K_SRC_LO] & 0xFFFFFFFF))
+        rd = lpm4_lookup(fw.cl4_roots, fw.cl4_groups, cm[CM_DST4],
+                         np.uint32(keys[i, K_DST_LO] & 0xFFFFFFFF))
+        fi = 0
+    nonfirst = (keys[i, K_FRAG] & FRAG_NONFIRST) != 0
+    sp = keys[i, K_SPORT]
+    dp = keys[i, K_DPORT]
+    if nonfirst or sp < 0 or sp > 65535:
+        sp = NO_PORT
+    if nonfirst or dp < 0 or dp > 65535:
+        dp = NO_PORT
+    pr = keys[i, K_PROTO]
+    if pr < 0 or pr > 255:
+        pr = 256
+    rsp = cm[SPORT_OFF + sp]
+    rdp = cm[DPORT_OFF + dp]
+    rm = cm[META_OFF + direction * 514 + fi + pr]
+    return np.int64(rs), np.int64(rd), np.int64(rsp), np.int64(rdp), np.int64(rm)
+
+
+@njit(cache=True, inline="always")
+def _next_candidate(bm, ag, rs, rd, rsp, rdp, rm, pos, none):
+    """The first rule index >= pos whose bit is set in all five class rows, else ``none``."""
+    wa = ag.shape[1]
+    w0 = pos >> 6
+    a = w0 >> 6
+    amask = ~((_U1 << np.uint64(w0 & 63)) - _U1)
+    while a < wa:
+        g = ag[rs, a] & ag[rd, a] & ag[rsp, a] & ag[rdp, a] & ag[rm, a] & amask
+        while g:
+            w = (a << 6) + np.int64(cttz(g))
+            x = bm[rs, w] & bm[rd, w] & bm[rsp, w] & bm[rdp, w] & bm[rm, w]
+            if w == w0:
+                x &= ~((_U1 << np.uint64(pos & 63)) - _U1)
+            if x:
+                return (w << 6) + np.int64(cttz(x))
+            g &= g - _U1
+        a += 1
+        amask = ~np.uint64(0)
+    return none
+
+
+@njit(cache=True)
+def _verify(fw, r, keys, i, direction):
+    """Run rule r's residual program. Returns (matched, tablearg)."""
+    prog = fw.prog
+    j = fw.rinfo[r, RI_POFF]
+    end = j + fw.rinfo[r, RI_PLEN]
+    targ = np.int64(0)
+    fam = keys[i, K_FAMILY]
+    proto = keys[i, K_PROTO]
+    nonfirst = (keys[i, K_FRAG] & FRAG_NONFIRST) != 0
+    while j < end:
+        op = prog[j, P_OP]
+        neg = prog[j, P_NEG] != 0
+        a = prog[j, P_A]
+        b = prog[j, P_B]
+        m = False
+        nxt = j + 1
+        if op == OP_ADDR_TABLE:
+            if a == 0:
+                v = table_addr_lookup(fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups,
+                                      fw.t_idx, b, fam, keys[i, K_SRC_HI], keys[i, K_SRC_LO])
+            else:
+                v = table_addr_lookup(fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups,
+                                      fw.t_idx, b, fam, keys[i, K_DST_HI], keys[i, K_DST_LO])
+            m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
+            if m:
+                targ = v
+        elif op == OP_PORT_TABLE:
+            k = keys[i, K_SPORT] if a == 0 else keys[i, K_DPORT]
+            if nonfirst:
+                k = -1
+            v = table_number_lookup(fw.nt, fw.t_idx, b, k)
+            m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
+            if m:
+                targ = v
+        elif op == OP_IFACE or op == OP_IFACE_TABLE:
+            if a == 0 or (a == 2 and direction == 0):
+                ifx = keys[i, K_RX]
+            else:
+                ifx = keys[i, K_TX]
+            if op == OP_IFACE:
+                m = ifx >= 0 and (b < 0 or ifx == b)
+            else:
+                v = table_iface_lookup(fw.if_tab, fw.t_idx, b, ifx)
+                m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
+                if m:
+                    targ = v
+        elif op == OP_TCPFLAGS or op == OP_SETUP or op == OP_ESTABLISHED:
+            f = keys[i, K_TCPFLAGS]
+            if proto == 6 and not nonfirst and f >= 0:
+                if op == OP_TCPFLAGS:
+                    m = (f & a) == a and (f & b) == 0
+                elif op == OP_SETUP:
+                    m = (f & _TH_SYN) != 0 and (f & _TH_ACK) == 0
+                else:
+                    m = (f & (_TH_RST | _TH_ACK)) != 0
+        elif op == OP_ICMP4TYPES or op == OP_ICMP6TYPES:
+            t = keys[i, K_ICMPTYPE]
+            if op == OP_ICMP4TYPES:
+                ok = fam == 4 and proto == 1
+            else:
+                ok = fam == 6 and proto == 58
+            if ok and not nonfirst and 0 <= t < 256:
+                word = np.uint64(prog[j, P_A + (t >> 6)])
+                m = ((word >> np.uint64(t & 63)) & _U1) != 0
+        elif op == OP_FRAG:
+            m = nonfirst
+        elif op == OP_TTL:
+            ttl = keys[i, K_TTL]
+            for q in range(j + 1, j + 1 + a):
+                if prog[q, P_A] <= ttl <= prog[q, P_B]:
+                    m = True
+            nxt = j + 1 + a
+        if neg:
+            m = not m
+        if not m:
+            return False, targ
+        j = nxt
+    return True, targ
+
+
+@njit(cache=True, inline="always")
+def _count(cnt, r, length, now):
+    cnt[r, 0] += 1
+    cnt[r, 1] += length
+    cnt[r, 2] = now
+
+
+@njit(cache=True)
+def _find_number(rinfo, number):
+    """Index of the first rule whose number is >= number (the default rule at worst)."""
+    lo = 0
+    hi = rinfo.shape[0] - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if rinfo[mid, RI_NUM] < number:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, inline="always")
+def _verdict(rinfo, r, keys, i):
+    act = rinfo[r, RI_ACT]
+    if act == A_ALLOW:
+        return V_PASS, r, 0
+    if act == A_REJECT:
+        codes = rinfo[r, RI_ARG]
+        if keys[i, K_FAMILY] == 6:
+            return V_REJECT, r, (1 << 8) | ((codes >> 8) & 255)
+        return V_REJECT, r, (3 << 8) | (codes & 255)
+    if act == A_RESET:
+        f = keys[i, K_TCPFLAGS]
+        if (keys[i, K_PROTO] == 6 and f >= 0 and (keys[i, K_FRAG] & FRAG_NONFIRST) == 0
+                and (f & _TH_RST) == 0):
+            return V_RESET, r, 0
+    return V_DROP, r, DROP_RULE
+
+
+@njit(cache=True)
+def fw_classify(fw, keys, i, direction, now):
+    """Classify packet ``keys[i]``: returns (verdict, rule index, aux); see the module doc."""
+    rs, rd, rsp, rdp, rm = _class_rows(fw, keys, i, direction)
+    rinfo = fw.rinfo
+    probes = fw.probes
+    dflt = rinfo.shape[0] - 1
+    length = keys[i, K_LEN]
+    pc = 0
+    probed = probes[0] > dflt  # no probe points: never look states up
+    srow = -1
+    pos = 0
+    sab = False
+    sk0 = sk1 = sk2 = sk3 = sk4 = sk5 = np.int64(0)
+    while True:
+        r = _next_candidate(fw.bm, fw.ag, rs, rd, rsp, rdp, rm, pos, dflt)
+        if not probed:
+            while probes[pc] < pos:
+                pc += 1
+            if probes[pc] <= r:
+                probed = True
+                sk0, sk1, sk2, sk3, sk4, sk5, sab = state_key(
+                    keys[i, K_FAMILY], keys[i, K_SRC_HI], keys[i, K_SRC_LO], keys[i, K_SPORT],
+                    keys[i, K_DST_HI], keys[i, K_DST_LO], keys[i, K_DPORT], keys[i, K_PROTO])
+                if keys[i, K_FRAG] & FRAG_NONFIRST:
+                    sk4 = 0
+                srow = state_find(fw.st, fw.ctl, sk0, sk1, sk2, sk3, sk4, sk5, now)
+                if srow >= 0:
+                    q = fw.st[srow, ST_RULE]
+                    state_update(fw.st, fw.ctl, srow, sab, keys[i, K_PROTO],
+                                 keys[i, K_TCPFLAGS], length, now)
+                    fw.ctl[FC_HITS] += 1
+                    _count(fw.cnt, q, length, now)
+                    if rinfo[q, RI_ACT] == A_SKIPTO:
+                        pos = rinfo[q, RI_ARG]
+                        continue
+                    return _verdict(rinfo, q, keys, i)
+        if r >= dflt:
+            _count(fw.cnt, dflt, length, now)
+            return _verdict(rinfo, dflt, keys, i)
+        flags = rinfo[r, RI_FLAGS]
+        targ = np.int64(0)
+        if flags & RF_CHECK:
+            ok, targ = _verify(fw, r, keys, i, direction)
+            if not ok:
+                pos = r + 1
+                continue
+        if (flags & RF_KEEP) and srow < 0:
+            srow = state_insert(fw.st, fw.ctl, sk0, sk1, sk2, sk3, sk4, sk5, sab, r, now)
+            if srow < 0:
+                _count(fw.cnt, r, length, now)
+                return V_DROP, r, DROP_STATE_FULL
+            state_update(fw.st, fw.ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS],
+                         length, now)
+        _count(fw.cnt, r, length, now)
+        act = rinfo[r, RI_ACT]
+        if act == A_COUNT or act == A_CHECK:
+            pos = r + 1
+            continue
+        if act == A_SKIPTO:
+            t = rinfo[r, RI_ARG]
+            if t < 0:
+                t = _find_number(rinfo, max(targ, rinfo[r, RI_NUM] + 1))
+            pos = t
+            continue
+        return _verdict(rinfo, r, keys, i)
+
+
+@njit(cache=True)
+def fw_batch(fw, keys, n, direction, now, verdicts, rules, aux):
+    """Classify ``keys[:n]``; see the module doc for the outputs."""
+    if fw.ctl[FC_COUNT] > 0:
+        sweep_states(fw.st, fw.ctl, now, fw.ctl[FC_SWEEP])
+    for i in range(n):
+        v, r, a = fw_classify(fw, keys, i, direction, now)
+        verdicts[i] = v
+        rules[i] = r
+        aux[i] = a
+
+
+@njit(cache=True)
+def fw_batch_flat(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, rinfo, prog,
+                  probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab,
+                  st, ctl, keys, n, direction, now, verdicts, rules, aux):
+    """``fw_batch`` with the FW arrays passed flat (the Python entry point)."""
+    fw = FW(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, rinfo, prog, probes,
+            cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl)
+    fw_batch(fw, keys, n, direction, now, verdicts, rules, aux)
+
+
+# =============================================================================================
+# compiler
+# =============================================================================================
+
+
+@njit(cache=True)
+def _set_bits(bm, rules, lo, hi):
+    for k in range(rules.shape[0]):
+        r = rules[k]
+        w = r >> 6
+        bit = _U1 << np.uint64(r & 63)
+        for row in range(lo[k], hi[k] + 1):
+            bm[row, w] |= bit
+
+
+@njit(cache=True)
+def _aggregate(bm, ag, nrows):
+    wa = ag.shape[1]
+    for row in range(nrows):
+        for a in range(wa):
+            g = np.uint64(0)
+            for j in range(64):
+                w = (a << 6) + j
+                if w >= bm.shape[1]:
+                    break
+                if bm[row, w] != 0:
+                    g |= _U1 << np.uint64(j)
+            ag[row, a] = g
+
+
+@njit(cache=True)
+def _shift_insert(bm, nrows, p):
+    """Make room at bit position p: bits >= p move up by one (the new bit p is 0)."""
+    nw = bm.shape[1]
+    w0 = p >> 6
+    b0 = np.uint64(p & 63)
+    low = (_U1 << b0) - _U1
+    for row in range(nrows):
+        carry = np.uint64(0)
+        for w in range(w0, nw):
+            x = bm[row, w]
+            out = x >> np.uint64(63)
+            if w == w0:
+                bm[row, w] = (x & low) | ((x & ~low) << _U1)
+            else:
+                bm[row, w] = (x << _U1) | carry
+            carry = out
+
+
+@njit(cache=True)
+def _shift_delete(bm, nrows, p):
+    """Remove bit position p: bits > p move down by one."""
+    nw = bm.shape[1]
+    w0 = p >> 6
+    b0 = np.uint64(p & 63)
+    low = (_U1 << b0) - _U1
+    for row in range(nrows):
+        for w in range(w0, nw):
+            x = bm[row, w]
+            nxt = bm[row, w + 1] & _U1 if w + 1 < nw else np.uint64(0)
+            if w == w0:
+                hi = (x >> _U1) & ~low
+                bm[row, w] = (x & low) | hi | (nxt << np.uint64(63))
+            else:
+                bm[row, w] = (x >> _U1) | (nxt << np.uint64(63))
+
+
+@njit(cache=True)
+def _set_bit_rows(bm, rows, r):
+    w = r >> 6
+    bit = _U1 << np.uint64(r & 63)
+    for k in range(rows.shape[0]):
+        bm[rows[k], w] |= bit
+
+
+class _Ctx:
+    """What lowering needs besides the rule: tables, interfaces, the router's addresses."""
+
+    def __init__(self, tables: FwTables | None, interfaces: Sequence[str],
+                 me4: Sequence, me6: Sequence) -> None:
+        self.tables = tables
+        self.interfaces = list(interfaces)
+        self.me4 = sorted({int(IPv4Address(str(a))) for a in me4})
+        self.me6 = sorted({int(IPv6Address(str(a))) for a in me6})
+
+
+@dataclass
+class _Lowered:
+    src: tuple  # ("all",) | ("set", negate, [(net, len)] v4, [(net, len)] v6)
+    dst: tuple
+    sport: tuple | None
+    dport: tuple | None
+    meta: list[tuple[int, int]]  # meta-domain intervals
+    prog: list[list[int]]
+    flags: int
+    act: int
+    codes: int = 0
+
+
+def _where(rule: Rule) -> str:
+    return f"rule {rule.number:05d} ({rule.body_text()})"
+
+
+def _table_slot(ctx: _Ctx, rule: Rule, name: str, want: str, word: int, shown: str) -> int:
+    tabs = ctx.tables
+    if tabs is None or name not in tabs.slots:
+        raise RuleError(_where(rule), word or None, shown, f"no table named {name!r}")
+    t = tabs.type_of(name)
+    if t != want:
+        raise RuleError(_where(rule), word or None, shown,
+                        f"table {name!r} is a {t} table, expected a {want} table")
+    return tabs.slot(name)
+
+
+def _lower_addr(rule: Rule, spec: AddrSpec, fld: int, prog: list, ctx: _Ctx) -> tuple:
+    if spec.is_any:
+        return ("all",)
+    items = spec.items
+    if len(items) == 1 and items[0].kind == "table":
+        it = items[0]
+        slot = _table_slot(ctx, rule, it.table, "addr", it.word, str(it))
+        prog.append([OP_ADDR_TABLE, int(spec.negate), fld, slot,
+                     -1 if it.value is None else it.value, 0])
+        return ("all",)
+    n4: set[tuple[int, int]] = set()
+    n6: set[tuple[int, int]] = set()
+    for it in items:
+        if it.kind == "net":
+            (n4 if it.net.version == 4 else n6).add((int(it.net.network_address),
+                                                     it.net.prefixlen))
+        elif it.kind == "me":
+            n4.update((a, 32) for a in ctx.me4)
+            n6.update((a, 128) for a in ctx.me6)
+        elif it.kind == "me6":
+            n6.update((a, 128) for a in ctx.me6)
+        else:  # pragma: no cover - the parser never builds these
+            raise RuleError(_where(rule), it.word or None, str(it), "not allowed in a list")
+    return ("set", spec.negate, sorted(n4), sorted(n6))
+
+
+def _icmp_words(types_: Sequence[int]) -> list[int]:
+    words = [0, 0, 0, 0]
+    for t in types_:
+        words[t >> 6] |= 1 << (t & 63)
+    return [w - (1 << 64) if w >> 63 else w for w in words]
+
+
+def lower_rule(rule: Rule, ctx: _Ctx) -> _Lowered:
+    """Rule -> index conditions per field + residual program (raises RuleError)."""
+    act = ACTION_CODES[rule.action]
+    flags = RF_LOG if rule.log else 0
+    c4, c6 = rule.icmp_codes()
+    codes = c4 | (c6 << 8)
+    if rule.action == "check-state":
+        return _Lowered(("none",), ("none",), None, None, [], [], flags | RF_PROBE, act)
+    prog: list[list[int]] = []
+    src = _lower_addr(rule, rule.src, 0, prog, ctx)
+    dst = _lower_addr(rule, rule.dst, 1, prog, ctx)
+    dirs = {0, 1}
+    fams = {4, 6} if rule.family is None else {rule.family}
+    for o in rule.options:
+        neg = int(o.negate)
+        if o.name in ("in", "out"):
+            d = 0 if o.name == "in" else 1
+            dirs &= {1 - d} if o.negate else {d}
+        elif o.name == "ipversion":
+            v = o.args[0]
+            fams &= ({4, 6} - {v}) if o.negate else {v}
+        elif o.name in IFACE_OPTIONS:
+            which = IFACE_OPTIONS.index(o.name)
+            which = {0: 2, 1: 0, 2: 1}[which]  # via -> 2, recv -> 0, xmit -> 1
+            if o.args[0] == "table":
+                slot = _table_slot(ctx, rule, o.args[1], "iface", o.word, str(o))
+                prog.append([OP_IFACE_TABLE, neg, which, slot,
+                             -1 if o.args[2] is None else o.args[2], 0])
+            elif o.args[0] == "any":
+                prog.append([OP_IFACE, neg, which, -1, 0, 0])
+            else:
+                name = o.args[0]
+                if name not in ctx.interfaces:
+                    raise RuleError(_where(rule), o.word or None, name,
+                                    f"no interface named {name!r}")
+                prog.append([OP_IFACE, neg, which, ctx.interfaces.index(name), 0, 0])
+        elif o.name == "tcpflags":
+            prog.append([OP_TCPFLAGS, neg, o.args[0], o.args[1], 0, 0])
+        elif o.name == "setup":
+            prog.append([OP_SETUP, neg, 0, 0, 0, 0])
+        elif o.name == "established":
+            prog.append([OP_ESTABLISHED, neg, 0, 0, 0, 0])
+        elif o.name in ("icmptypes", "icmp6types"):
+            op = OP_ICMP4TYPES if o.name == "icmptypes" else OP_ICMP6TYPES
+            prog.append([op, neg, *_icmp_words(o.args)])
+        elif o.name == "frag":
+            prog.append([OP_FRAG, neg, 0, 0, 0, 0])
+        elif o.name == "ipttl":
+            prog.append([OP_TTL, neg, len(o.args), 0, 0, 0])
+            prog.extend([OP_DATA, 0, lo, hi, 0, 0] for lo, hi in o.args)
+        elif o.name == "lookup":
+            fld, name, value = o.args
+            v = -1 if value is None else value
+            if fld in ("src-ip", "dst-ip"):
+                slot = _table_slot(ctx, rule, name, "addr", o.word, str(o))
+                prog.append([OP_ADDR_TABLE, neg, 0 if fld == "src-ip" else 1, slot, v, 0])
+            else:
+                slot = _table_slot(ctx, rule, name, "number", o.word, str(o))
+                prog.append([OP_PORT_TABLE, neg, 0 if fld == "src-port" else 1, slot, v, 0])
+        else:  # pragma: no cover
+            raise RuleError(_where(rule), o.word or None, o.name, "unsupported option")
+    meta = []
+    for d in sorted(dirs):
+        for f in sorted(fams):
+            base = d * 514 + (257 if f == 6 else 0)
+            if rule.proto is None:
+                meta.append((base, base + 256))
+            else:
+                meta.append((base + rule.proto, base + rule.proto))
+    if prog:
+        flags |= RF_CHECK
+    if rule.keep_state:
+        flags |= RF_KEEP | RF_PROBE
+    return _Lowered(src, dst, rule.sport, rule.dport, meta, prog, flags, act, codes)
+
+
+# -- address classes -------------------------------------------------------------------------
+
+
+class _AddrClasses:
+    """The classes of one address field and family: sorted prefixes, each with its row."""
+
+    def __init__(self, family: int) -> None:
+        self.family = family
+        self.bits = 32 if family == 4 else 128
+        self.keys: list[tuple[int, int]] = []  # (net, len), sorted: pre-order
+        self.rows: list[int] = []
+        self.index: dict[tuple[int, int], int] = {}  # (net, len) -> row
+
+    def last(self, net: int, plen: int) -> int:
+        return net | ((1 << (self.bits - plen)) - 1)
+
+    def span(self, net: int, plen: int) -> tuple[int, int]:
+        """[i, j): positions of the classes inside net/plen (net/plen itself included)."""
+        i = bisect.bisect_left(self.keys, (net, plen))
+        j = bisect.bisect_right(self.keys, (self.last(net, plen), self.bits + 1))
+        return i, j
+
+    def covering(self, net: int, plen: int) -> int:
+        """Row of the longest existing prefix that contains net/plen."""
+        for n in range(plen, -1, -1):
+            mask = ((1 << self.bits) - 1) ^ ((1 << (self.bits - n)) - 1)
+            r = self.index.get((net & mask, n))
+            if r is not None:
+                return r
+        raise AssertionError("the /0 class is always present")
+
+
+@dataclass
+class CompiledFirewall:
+    """One immutable compiled rule set (the data path holds a reference; updates build a
+    new one). ``rules[i]`` is the rule of index i; the last one is the default rule."""
+
+    rules: list[Rule]
+    uids: np.ndarray
+    cl4: Lpm
+    cl6: Lpm
+    cmap: np.ndarray
+    bm: np.ndarray
+    ag: np.ndarray
+    rinfo: np.ndarray
+    prog: np.ndarray
+    probes: np.ndarray
+    cnt: np.ndarray
+    nrows: int
+    addr: dict[tuple[int, int], _AddrClasses]
+    lowered: list[_Lowered]
+    updates: int = 0  # incremental updates since the last full compile
+    stats: dict = field(default_factory=dict)
+
+    def arrays(self) -> tuple:
+        """The classifier part of ``FW`` (cl4_roots ... cnt)."""
+        return (self.cl4.roots, self.cl4.groups, self.cl6.roots, self.cl6.groups, self.cmap,
+                self.bm, self.ag, self.rinfo, self.prog, self.probes, self.cnt)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.bm[: self.nrows].nbytes + self.ag[: self.nrows].nbytes
+                   + self.cmap.nbytes + self.rinfo.nbytes + self.prog.nbytes
+                   + self.cl4.nbytes + self.cl6.nbytes)
+
+    def field_rows(self, fld: int) -> np.ndarray:
+        """Rows used by one field (sorted)."""
+        if fld in (F_SRC, F_DST):
+            rows = self.addr[(fld, 4)].rows + self.addr[(fld, 6)].rows
+            return np.array(sorted(rows), np.int64)
+        if fld == F_SPORT:
+            return np.unique(self.cmap[SPORT_OFF:SPORT_OFF + PORT_DOMAIN]).astype(np.int64)
+        if fld == F_DPORT:
+            return np.unique(self.cmap[DPORT_OFF:DPORT_OFF + PORT_DOMAIN]).astype(np.int64)
+        return np.unique(self.cmap[META_OFF:META_OFF + META_DOMAIN]).astype(np.int64)
+
+
+def _words_for(n: int) -> int:
+    return max(1, (n + 64 + 63) // 64)  # at least 64 spare bits for appends
+
+
+def _port_mask(ranges) -> np.ndarray:
+    m = np.zeros(PORT_DOMAIN, bool)
+    if ranges is None:
+        m[:] = True
+    else:
+        for lo, hi in ranges:
+            m[lo:hi + 1] = True
+    return m
+
+
+def _meta_mask(intervals) -> np.ndarray:
+    m = np.zeros(META_DOMAIN, bool)
+    for lo, hi in intervals:
+        m[lo:hi + 1] = True
+    return m
+
+
+def _rinfo_rows(rules: list[Rule], lowered: list[_Lowered]) -> tuple[np.ndarray, np.ndarray]:
+    """rinfo (with skipto targets resolved) and the residual program."""
+    n = len(rules)
+    rinfo = np.zeros((n, RI_COLS), np.int64)
+    prog_rows: list[list[int]] = []
+    for i, (r, lw) in enumerate(zip(rules, lowered, strict=True)):
+        rinfo[i, RI_NUM] = r.number
+        rinfo[i, RI_ACT] = lw.act
+        rinfo[i, RI_FLAGS] = lw.flags
+        rinfo[i, RI_POFF] = len(prog_rows)
+        rinfo[i, RI_PLEN] = len(lw.prog)
+        prog_rows.extend(lw.prog)
+        if lw.act == A_REJECT:
+            rinfo[i, RI_ARG] = lw.codes
+    prog = np.array(prog_rows, np.int64).reshape(-1, P_COLS)
+    if prog.shape[0] == 0:
+        prog = np.zeros((1, P_COLS), np.int64)
+    _resolve_skipto(rules, rinfo)
+    return rinfo, prog
+
+
+def _resolve_skipto(rules: list[Rule], rinfo: np.ndarray) -> None:
+    nums = rinfo[:, RI_NUM]
+    for i, r in enumerate(rules):
+        if r.action == "skipto":
+            if r.arg == -1:
+                rinfo[i, RI_ARG] = -1
+            else:
+                rinfo[i, RI_ARG] = int(np.searchsorted(nums, max(r.arg, r.number + 1), "left"))
+
+
+def _probes(rinfo: np.ndarray) -> np.ndarray:
+    idx = np.nonzero(rinfo[:-1, RI_FLAGS] & RF_PROBE)[0].astype(np.int32)
+    return np.concatenate([idx, np.array([rinfo.shape[0]], np.int32)])
+
+
+def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
+                  tables: FwTables | None = None, interfaces: Sequence[str] = (),
+                  me4: Sequence = (), me6: Sequence = (), uids: Sequence[int] | None = None,
+                  previous: CompiledFirewall | None = None) -> CompiledFirewall:
+    """Compile user rules (any order; sorted stably by number) plus the default rule.
+
+    ``uids`` name the rules across compiles (default: their positions); counters of rules
+    whose uid was in ``previous`` carry over. Raises RuleError for a rule that cannot be
+    compiled (unknown table or interface, wrong table type)."""
+    order = sorted(range(len(rules)), key=lambda k: rules[k].number)
+    user = [rules[k] for k in order]
+    uid_list = [(uids[k] if uids is not None else k) for k in order]
+    for r in user:
+        if not 1 <= r.number <= DEFAULT_NUMBER - 1:
+            raise RuleError(_where(r), None, None, "rule number must be 1..65534")
+    ctx = _Ctx(tables, interfaces, me4, me6)
+    lowered = [lower_rule(r, ctx) for r in user]
+    all_rules = user + [default_rule(default_allow)]
+    lowered_all = lowered + [lower_rule(all_rules[-1], ctx)]
+    n = len(user)
+    nw = _words_for(n)
+
+    rows_r: list[np.ndarray] = []
+    rows_lo: list[np.ndarray] = []
+    rows_hi: list[np.ndarray] = []
+
+    def add_iv(r_ids, lo, hi) -> None:
+        rows_r.append(np.asarray(r_ids, np.int64))
+        rows_lo.append(np.asarray(lo, np.int64))
+        rows_hi.append(np.asarray(hi, np.int64))
+
+    # -- address fields: classes = distinct prefixes (+ /0), rows in pre-order
+    addr: dict[tuple[int, int], _AddrClasses] = {}
+    base = 0
+    for fld, attr in ((F_SRC, "src"), (F_DST, "dst")):
+        fbase = base
+        spans = {}
+        for fam in (4, 6):
+            ac = _AddrClasses(fam)
+            keys = {(0, 0)}
+            for lw in lowered:
+                c = getattr(lw, attr)
+                if c[0] == "set":
+                    keys.update(c[2] if fam == 4 else c[3])
+            ac.keys = sorted(keys)
+            ac.rows = list(range(base, base + len(ac.keys)))
+            ac.index = dict(zip(ac.keys, ac.rows, strict=True))
+            addr[(fld, fam)] = ac
+            spans[fam] = (base, base + len(ac.keys))
+            base += len(ac.keys)
+        fend = base
+        all_r = []
+        for ri, lw in enumerate(lowered):
+            c = getattr(lw, attr)
+            if c[0] == "all":
+                all_r.append(ri)
+                continue
+            if c[0] == "none":
+                continue
+            ivs = []
+            for fam, nets in ((4, c[2]), (6, c[3])):
+                ac = addr[(fld, fam)]
+                for net, plen in nets:
+                    i, j = ac.span(net, plen)
+                    ivs.append((ac.rows[i], ac.rows[j - 1]))
+            if c[1]:  # not: the complement within the field's rows
+                ivs.sort()
+                comp, cur = [], fbase
+                for lo, hi in ivs:
+                    if lo > cur:
+                        comp.append((cur, lo - 1))
+                    cur = max(cur, hi + 1)
+                if cur < fend:
+                    comp.append((cur, fend - 1))
+                ivs = comp
+            if ivs:
+                add_iv([ri] * len(ivs), [a for a, _ in ivs], [b for _, b in ivs])
+        if all_r:
+            add_iv(all_r, [fbase] * len(all_r), [fend - 1] * len(all_r))
+
+    # -- port fields: elementary intervals between range endpoints (+ "no port")
+    port_rows = {}
+    for fld, attr in ((F_SPORT, "sport"), (F_DPORT, "dport")):
+        bounds = {0, NO_PORT, NO_PORT + 1}
+        for lw in lowered:
+            pr = getattr(lw, attr)
+            if pr is not None:
+                for lo, hi in pr:
+                    bounds.add(lo)
+                    bounds.add(hi + 1)
+        b = np.array(sorted(bounds), np.int64)  # elementary interval k = [b[k], b[k+1])
+        nint = b.shape[0] - 1
+        rids, los, his = [], [], []
+        for ri, lw in enumerate(lowered):
+            if lw.src[0] == "none":
+                continue
+            pr = getattr(lw, attr)
+            if pr is None:
+                rids.append(ri)
+                los.append(0)
+                his.append(nint - 1)
+            else:
+                for lo, hi in pr:
+                    rids.append(ri)
+                    los.append(int(np.searchsorted(b, lo)))
+                    his.append(int(np.searchsorted(b, hi + 1)) - 1)
+        add_iv(rids, np.array(los, np.int64) + base, np.array(his, np.int64) + base)
+        vals = np.searchsorted(b, np.arange(PORT_DOMAIN), side="right") - 1 + base
+        port_rows[fld] = vals
+        base += nint
+
+    # -- meta
+    meta_base = base
+    rids, los, his = [], [], []
+    for ri, lw in enumerate(lowered):
+        for lo, hi in lw.meta:
+            rids.append(ri)
+            los.append(lo + base)
+            his.append(hi + base)
+    add_iv(rids, los, his)
+    base += META_DOMAIN
+    nrows = base
+
+    bm = np.zeros((nrows, nw), np.uint64)
+    if rows_r:
+        _set_bits(bm, np.concatenate(rows_r), np.concatenate(rows_lo), np.concatenate(rows_hi))
+
+    # -- deduplicate the port and meta rows (address rows stay one per prefix)
+    cmap = np.zeros(CMAP_SIZE, np.int32)
+    keep = [bm[:port_rows[F_SPORT].min()]]
+    nxt = keep[0].shape[0]
+    for fld, off in ((F_SPORT, SPORT_OFF), (F_DPORT, DPORT_OFF)):
+        vals = port_rows[fld]
+        lo = int(vals.min())
+        hi = int(vals.max()) + 1
+        uniq, inv = np.unique(bm[lo:hi], axis=0, return_inverse=True)
+        keep.append(uniq)
+        cmap[off:off + PORT_DOMAIN] = inv.reshape(-1)[vals - lo] + nxt
+        nxt += uniq.shape[0]
+    uniq, inv = np.unique(bm[meta_base:nrows], axis=0, return_inverse=True)
+    keep.append(uniq)
+    cmap[META_OFF:META_OFF + META_DOMAIN] = inv.reshape(-1) + nxt
+    nxt += uniq.shape[0]
+    bm = np.ascontiguousarray(np.concatenate(keep))
+    nrows = nxt
+    ag = np.zeros((nrows, (nw + 63) // 64), np.uint64)
+    _aggregate(bm, ag, nrows)
+
+    # -- address class tries
+    cl4, cl6 = Lpm(4), Lpm(6)
+    for fld, (c4, c6) in ((F_SRC, (CM_SRC4, CM_SRC6)), (F_DST, (CM_DST4, CM_DST6))):
+        a4, a6 = addr[(fld, 4)], addr[(fld, 6)]
+        nets = np.array([k[0] for k in a4.keys], np.uint32)
+        cl4.add_many(fld, nets, np.array([k[1] for k in a4.keys], np.uint8),
+                     np.array(a4.rows, np.int64))
+        his = np.array([k[0] >> 64 for k in a6.keys], np.uint64)
+        los = np.array([k[0] & ((1 << 64) - 1) for k in a6.keys], np.uint64)
+        cl6.add_many(fld, (his, los), np.array([k[1] for k in a6.keys], np.uint8),
+                     np.array(a6.rows, np.int64))
+        cmap[c4] = cl4.table_index(fld)
+        cmap[c6] = cl6.table_index(fld)
+
+    rinfo, prog = _rinfo_rows(all_rules, lowered_all)
+    uids_arr = np.array(uid_list + [-1], np.int64)
+    cnt = np.zeros((len(all_rules), 3), np.int64)
+    if previous is not None:
+        _carry_counters(previous, uids_arr, cnt)
+    return CompiledFirewall(all_rules, uids_arr, cl4, cl6, cmap, bm, ag, rinfo, prog,
+                            _probes(rinfo), cnt, nrows, addr, lowered_all,
+                            stats={"rows": nrows, "words": nw})
+
+
+def _carry_counters(previous: CompiledFirewall, uids: np.ndarray, cnt: np.ndarray) -> None:
+    old = {int(u): i for i, u in enumerate(previous.uids)}
+    for i, u in enumerate(uids):
+        j = old.get(int(u))
+        if j is not None:
+            cnt[i] = previous.cnt[j]
+    cnt[-1] = previous.cnt[-1]  # the default rule
+
+
+def index_mapping(old: CompiledFirewall, new: CompiledFirewall) -> np.ndarray:
+    """old rule index -> new rule index (by uid; -1 for rules that are gone)."""
+    pos = {int(u): i for i, u in enumerate(new.uids)}
+    m = np.array([pos.get(int(u), -1) for u in old.uids], np.int64)
+    m[-1] = new.uids.shape[0] - 1
+    return m
+
+
+# -- incremental updates ----------------------------------------------------------------------
+
+
+def _ensure_capacity(cf: CompiledFirewall, extra_rows: int, n_rules: int) -> None:
+    nw = cf.bm.shape[1]
+    need_w = nw if n_rules + 1 <= nw * 64 else _words_for(n_rules)
+    need_r = cf.nrows + extra_rows
+    if need_w != nw or need_r > cf.bm.shape[0]:
+        rows = max(need_r, cf.bm.shape[0] + cf.bm.shape[0] // 4 + 16)
+        bm = np.zeros((rows, need_w), np.uint64)
+        bm[: cf.nrows, :nw] = cf.bm[: cf.nrows]
+        cf.bm = bm
+        cf.ag = np.zeros((rows, (need_w + 63) // 64), np.uint64)
+
+
+def _new_row(cf: CompiledFirewall, like: int) -> int:
+    r = cf.nrows
+    cf.bm[r] = cf.bm[like]
+    cf.nrows += 1
+    return r
+
+
+def _split_map(cf: CompiledFirewall, off: int, size: int, mask: np.ndarray) -> np.ndarray:
+    """Split the classes of a map so that ``mask`` is a union of classes; returns the rows
+    inside the mask."""
+    m = cf.cmap[off:off + size]
+    inside = np.unique(m[mask])
+    outside = set(np.unique(m[~mask]).tolist())
+    for row in inside.tolist():
+        if row in outside:
+            new = _new_row(cf, row)
+            m[mask & (m == row)] = new
+    return np.unique(m[mask]).astype(np.int64)
+
+
+def _addr_rows(cf: CompiledFirewall, fld: int, cond: tuple) -> np.ndarray:
+    """Create the classes a condition needs and return the rows that accept it."""
+    if cond[0] == "none":
+        return np.zeros(0, np.int64)
+    if cond[0] == "all":
+        return cf.field_rows(fld)
+    rows: set[int] = set()
+    for fam, nets in ((4, cond[2]), (6, cond[3])):
+        ac = cf.addr[(fld, fam)]
+        lpm = cf.cl4 if fam == 4 else cf.cl6
+        for net, plen in nets:
+            if (net, plen) not in ac.index:
+                row = _new_row(cf, ac.covering(net, plen))
+                k = bisect.bisect_left(ac.keys, (net, plen))
+                ac.keys.insert(k, (net, plen))
+                ac.rows.insert(k, row)
+                ac.index[(net, plen)] = row
+                prefix = f"{IPv4Address(net) if fam == 4 else IPv6Address(net)}/{plen}"
+                lpm.add(fld, prefix, row)
+            i, j = ac.span(net, plen)
+            rows.update(ac.rows[i:j])
+    if cond[1]:
+        rows = set(cf.field_rows(fld).tolist()) - rows
+    return np.array(sorted(rows), np.int64)
+
+
+def _clone(cf: CompiledFirewall) -> CompiledFirewall:
+    new = copy.copy(cf)
+    new.rules = list(cf.rules)
+    new.lowered = list(cf.lowered)
+    new.cl4 = copy.deepcopy(cf.cl4)
+    new.cl6 = copy.deepcopy(cf.cl6)
+    new.cmap = cf.cmap.copy()
+    new.bm = cf.bm.copy()
+    new.ag = cf.ag.copy()
+    new.addr = copy.deepcopy(cf.addr)
+    new.stats = dict(cf.stats)
+    return new
+
+
+def _refresh(cf: CompiledFirewall) -> None:
+    cf.rinfo, cf.prog = _rinfo_rows(cf.rules, cf.lowered)
+    cf.probes = _probes(cf.rinfo)
+    _aggregate(cf.bm, cf.ag, cf.nrows)
+    cf.updates += 1
+    cf.stats["rows"] = cf.nrows
+    cf.stats["words"] = cf.bm.shape[1]
+
+
+def insert_rule(cf: CompiledFirewall, rule: Rule, uid: int, tables: FwTables | None = None,
+                interfaces: Sequence[str] = (), me4: Sequence = (), me6: Sequence = ()
+                ) -> tuple[CompiledFirewall, int]:
+    """A new CompiledFirewall with ``rule`` added after the rules with a number <= its own;
+    returns it and the new rule's index. ``cf`` is not modified."""
+    if not 1 <= rule.number <= DEFAULT_NUMBER - 1:
+        raise RuleError(_where(rule), None, None, "rule number must be 1..65534")
+    lw = lower_rule(rule, _Ctx(tables, interfaces, me4, me6))
+    nums = [r.number for r in cf.rules[:-1]]
+    p = bisect.bisect_right(nums, rule.number)
+    n_user = len(nums)
+    new = _clone(cf)
+    extra = 8 + 2 * len(lw.meta)
+    for cond in (lw.src, lw.dst):
+        if cond[0] == "set":
+            extra += len(cond[2]) + len(cond[3])
+    for ranges in (lw.sport, lw.dport):
+        extra += 2 * (len(ranges) + 1) if ranges else 2
+    _ensure_capacity(new, extra, n_user + 1)
+    if p < n_user:
+        _shift_insert(new.bm, new.nrows, p)
+    if lw.src[0] != "none":
+        for fld, cond in ((F_SRC, lw.src), (F_DST, lw.dst)):
+            _set_bit_rows(new.bm, _addr_rows(new, fld, cond), p)
+        for off, ranges in ((SPORT_OFF, lw.sport), (DPORT_OFF, lw.dport)):
+            rows = _split_map(new, off, PORT_DOMAIN, _port_mask(ranges))
+            _set_bit_rows(new.bm, rows, p)
+        rows = _split_map(new, META_OFF, META_DOMAIN, _meta_mask(lw.meta))
+        _set_bit_rows(new.bm, rows, p)
+    new.rules.insert(p, rule)
+    new.lowered.insert(p, lw)
+    new.uids = np.insert(cf.uids, p, uid)
+    new.cnt = np.insert(cf.cnt, p, 0, axis=0)
+    _refresh(new)
+    return new, p
+
+
+def delete_rule_at(cf: CompiledFirewall, p: int) -> CompiledFirewall:
+    """A new CompiledFirewall without the user rule at index ``p``."""
+    if not 0 <= p < len(cf.rules) - 1:
+        raise IndexError(p)
+    new = _clone(cf)
+    _shift_delete(new.bm, new.nrows, p)
+    del new.rules[p]
+    del new.lowered[p]
+    new.uids = np.delete(cf.uids, p)
+    new.cnt = np.delete(cf.cnt, p, axis=0)
+    _refresh(new)
+    return new
+
+
+# -- slow-path helpers ----------------------------------------------------------------------------
+
+
+def classify_keys(args: tuple, keys: np.ndarray, direction: int = DIR_IN, now: int = 0
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Classify a key matrix through ``fw_batch`` (tests, tools): (verdicts, rules, aux)."""
+    n = keys.shape[0]
+    v = np.zeros(n, np.int32)
+    r = np.zeros(n, np.int32)
+    a = np.zeros(n, np.int32)
+    fw_batch_flat(*args, np.ascontiguousarray(keys, np.int64), n, direction, np.int64(now),
+                  v, r, a)
+    return v, r, a
+
+
+def parse_address(text: str) -> IPv4Address | IPv6Address:
+    return ip_address(text)
+
+
+__all__ = [
+    "FW", "V_PASS", "V_DROP", "V_REJECT", "V_RESET", "DROP_RULE", "DROP_STATE_FULL", "DIR_IN",
+    "DIR_OUT", "CompiledFirewall", "compile_rules", "insert_rule", "delete_rule_at",
+    "fw_batch", "fw_batch_flat", "fw_classify", "classify_keys", "index_mapping",
+    "TABLE_TYPES",
+]
