@@ -40,7 +40,31 @@ def _version(module: str) -> str | None:
         mod = __import__(module)
     except ImportError:
         return None
-    return str(getattr(mod, "__version__", "?"))
+    v = getattr(mod, "__version__", None)
+    if v is None:
+        try:
+            from importlib.metadata import version
+
+            v = version(module)
+        except Exception:  # noqa: BLE001 - a missing version is not an error
+            v = "?"
+    return str(v)
+
+
+def _caches() -> dict[str, str]:
+    """Cache sizes of CPU 0 from sysfs, e.g. {"L1d": "32K", "L2": "1024K", "L3": "32768K"}."""
+    out: dict[str, str] = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for idx in sorted(base.glob("index*")):
+            level = (idx / "level").read_text().strip()
+            kind = (idx / "type").read_text().strip()
+            size = (idx / "size").read_text().strip()
+            name = f"L{level}" + ("d" if kind == "Data" else "i" if kind == "Instruction" else "")
+            out[name] = size
+    except OSError:
+        pass
+    return out
 
 
 def machine_info() -> dict[str, Any]:
@@ -53,6 +77,8 @@ def machine_info() -> dict[str, Any]:
     return {
         "cpu_model": _cpuinfo_field("model name") or platform.processor() or "unknown",
         "cpu_mhz": float(mhz) if mhz else None,
+        "cpu_family_model": f"{_cpuinfo_field('cpu family')}/{_cpuinfo_field('model')}",
+        "caches": _caches(),
         "cpus_online": os.cpu_count(),
         "cpus_allowed": affinity,
         "kernel": platform.release(),

@@ -138,8 +138,10 @@ def setup_fib():
 
     fib = Fib()
     for i in range(N_IF):
-        addrs = [ipaddress.ip_interface(f"192.0.2.{64 * i + 62}/26"),
-                 ipaddress.ip_interface(f"2001:db8:{i + 1}::1/64")]
+        addrs = [
+            ipaddress.ip_interface(f"192.0.2.{64 * i + 62}/26"),
+            ipaddress.ip_interface(f"2001:db8:{i + 1}::1/64"),
+        ]
         fib.add_interface(Interface(f"eth{i}", if_mac(i), 1500, 0, addrs))
     lb4 = np.empty(N_NB, np.int64)
     lb6 = np.empty(N_NB, np.int64)
@@ -187,8 +189,15 @@ def build_probe(table: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     _, tab = load_table(table)  # may compile the parser
     small = 8192
-    warm = Table(tab.a4[:small], tab.l4[:small], tab.h6[:small], tab.o6[:small], tab.l6[:small],
-                 tab.nb4[:small], tab.nb6[:small])
+    warm = Table(
+        tab.a4[:small],
+        tab.l4[:small],
+        tab.h6[:small],
+        tab.o6[:small],
+        tab.l6[:small],
+        tab.nb4[:small],
+        tab.nb6[:small],
+    )
     build_fib(warm)  # compiles (or loads from cache) add_many and friends
     m: dict[str, Any] = {"warm_s": time.perf_counter() - t0}
     m["parse_s"], tab = load_table(table)
@@ -331,16 +340,21 @@ def make_frames6(n: int, tab: Table, rng: np.random.Generator) -> Frames:
     rh = rng.integers(0, 1 << 64, n, dtype=np.uint64)
     rl = rng.integers(0, 1 << 64, n, dtype=np.uint64)
     sh_hi = np.clip(64 - plen, 0, 63).astype(np.uint64)
-    m_hi = np.where(plen == 0, ones, np.where(plen >= 64, np.uint64(0),
-                                               (np.uint64(1) << sh_hi) - np.uint64(1)))
+    m_hi = np.where(
+        plen == 0, ones, np.where(plen >= 64, np.uint64(0), (np.uint64(1) << sh_hi) - np.uint64(1))
+    )
     sh_lo = np.clip(128 - plen, 0, 63).astype(np.uint64)
-    m_lo = np.where(plen <= 64, ones, np.where(plen >= 128, np.uint64(0),
-                                               (np.uint64(1) << sh_lo) - np.uint64(1)))
+    m_lo = np.where(
+        plen <= 64,
+        ones,
+        np.where(plen >= 128, np.uint64(0), (np.uint64(1) << sh_lo) - np.uint64(1)),
+    )
     hi = tab.h6[idx] | (rh & m_hi.astype(np.uint64))
     lo = tab.o6[idx] | (rl & m_lo.astype(np.uint64))
     rx = rng.integers(0, N_IF, n).astype(np.int32)
-    srcs = np.array([list(ipaddress.IPv6Address(host_ip6(i)).packed) for i in range(N_IF)],
-                    np.uint8)
+    srcs = np.array(
+        [list(ipaddress.IPv6Address(host_ip6(i)).packed) for i in range(N_IF)], np.uint8
+    )
     f = _eth(n, FRAME6, rx, 0x86DD)
     plen_udp = FRAME6 - 54
     f[:, 14] = 0x60
@@ -438,8 +452,20 @@ class VectorPath:
         from vecroute.graph.dispatch import run_graph
 
         b, g = self.batch, self.graph
-        args = (0, NOW_NS, b.buf, b.meta, b.ts, b.nalloc, g.frames, g.frame_n, g.work, g.txl,
-                g.txn, *self.state.args())
+        args = (
+            0,
+            NOW_NS,
+            b.buf,
+            b.meta,
+            b.ts,
+            b.nalloc,
+            g.frames,
+            g.frame_n,
+            g.work,
+            g.txl,
+            g.txn,
+            *self.state.args(),
+        )
         t0 = time.perf_counter()
         for _ in range(calls):
             run_graph(*args)
@@ -451,8 +477,11 @@ class VectorPath:
     def counters(self) -> dict[str, int]:
         from vecroute.graph.counters import COUNTERS
 
-        return {c.name: int(self.state.counters[i]) for i, c in enumerate(COUNTERS)
-                if self.state.counters[i]}
+        return {
+            c.name: int(self.state.counters[i])
+            for i, c in enumerate(COUNTERS)
+            if self.state.counters[i]
+        }
 
     def nodes(self) -> list[dict[str, Any]]:
         from vecroute.control.show import runtime_view
@@ -525,8 +554,7 @@ class PythonForwarder:
         self.pyt4 = pytricia.PyTricia(32)
         self.pyt6 = pytricia.PyTricia(128)
         ins4 = self.pyt4.insert
-        for a, ln, k in zip(_be(tab.a4, ">u4", 4), tab.l4.tolist(), tab.nb4.tolist(),
-                            strict=True):
+        for a, ln, k in zip(_be(tab.a4, ">u4", 4), tab.l4.tolist(), tab.nb4.tolist(), strict=True):
             ins4(a.tobytes(), ln, k)
         ins6 = self.pyt6.insert
         a6 = np.concatenate([_be(tab.h6, ">u8", 8), _be(tab.o6, ">u8", 8)], axis=1)
@@ -536,10 +564,8 @@ class PythonForwarder:
         self.if_macs = [if_mac(i) for i in range(N_IF)]
         self.mtu = [1500] * N_IF
         # next hop k -> (14-byte L2 header, tx interface)
-        self.adj4 = {k: (nb_mac(k) + if_mac(k % N_IF) + b"\x08\x00", k % N_IF)
-                     for k in range(N_NB)}
-        self.adj6 = {k: (nb_mac(k) + if_mac(k % N_IF) + b"\x86\xdd", k % N_IF)
-                     for k in range(N_NB)}
+        self.adj4 = {k: (nb_mac(k) + if_mac(k % N_IF) + b"\x08\x00", k % N_IF) for k in range(N_NB)}
+        self.adj6 = {k: (nb_mac(k) + if_mac(k % N_IF) + b"\x86\xdd", k % N_IF) for k in range(N_NB)}
 
     def forward4(self, pkts: list[tuple[int, bytes]]) -> tuple[list[tuple[int, bytes]], int]:
         out = []
@@ -579,8 +605,20 @@ class PythonForwarder:
             c = (~csum & 0xFFFF) + (~old & 0xFFFF) + (old - 0x100)
             c = (c & 0xFFFF) + (c >> 16)
             c = (c & 0xFFFF) + (c >> 16)
-            append((tx, b"".join((rw, f[14:22], bytes((ttl - 1, proto)),
-                                  (~c & 0xFFFF).to_bytes(2, "big"), f[26 : 14 + tot]))))
+            append(
+                (
+                    tx,
+                    b"".join(
+                        (
+                            rw,
+                            f[14:22],
+                            bytes((ttl - 1, proto)),
+                            (~c & 0xFFFF).to_bytes(2, "big"),
+                            f[26 : 14 + tot],
+                        )
+                    ),
+                )
+            )
         return out, drops
 
     def forward6(self, pkts: list[tuple[int, bytes]]) -> tuple[list[tuple[int, bytes]], int]:
@@ -599,8 +637,12 @@ class PythonForwarder:
             if vtcfl >> 28 != 6 or 40 + plen > n - 14:
                 drops += 1
                 continue
-            if (src[0] == 0xFF or src == _LOOPBACK6 or src == _UNSPEC6
-                    or (src[0] == 0xFE and src[1] & 0xC0 == 0x80)):
+            if (
+                src[0] == 0xFF
+                or src == _LOOPBACK6
+                or src == _UNSPEC6
+                or (src[0] == 0xFE and src[1] & 0xC0 == 0x80)
+            ):
                 drops += 1
                 continue
             if dst[0] == 0xFF or (dst[0] == 0xFE and dst[1] & 0xC0 == 0x80):
@@ -629,8 +671,9 @@ def timed_py(fn, pkts) -> tuple[float, int, int]:
 # ---------------------------------------------------------------------------------------------
 
 
-def node_table(reps: list[list[dict[str, Any]]],
-               bmed: list[dict[str, float]]) -> list[dict[str, Any]]:
+def node_table(
+    reps: list[list[dict[str, Any]]], bmed: list[dict[str, float]]
+) -> list[dict[str, Any]]:
     """Median ns/packet per node over repetitions (nodes in graph order), with the
     median-of-batches figure next to it."""
     names: list[str] = []
@@ -647,8 +690,16 @@ def node_table(reps: list[list[dict[str, Any]]],
     for name in names:
         s = summary(vals[name])
         bm = summary([m[name] for m in bmed if name in m])
-        out.append({"node": name, "ns_per_packet": s["median"], "min": s["min"], "max": s["max"],
-                    "vectors_per_call": vpc[name], "batch_median_ns": bm["median"]})
+        out.append(
+            {
+                "node": name,
+                "ns_per_packet": s["median"],
+                "min": s["min"],
+                "max": s["max"],
+                "vectors_per_call": vpc[name],
+                "batch_median_ns": bm["median"],
+            }
+        )
     return out
 
 
@@ -663,8 +714,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # -- table, traffic, JIT warm-up ----------------------------------------------------------
     load_before = os.getloadavg()
     dt, tab = load_table(args.table)  # first call: may compile the parser
-    eprint(f"table: {tab.a4.shape[0]} IPv4 + {tab.h6.shape[0]} IPv6 prefixes ({dt:.2f} s, "
-           f"first parse incl. any JIT)")
+    eprint(
+        f"table: {tab.a4.shape[0]} IPv4 + {tab.h6.shape[0]} IPv6 prefixes ({dt:.2f} s, "
+        f"first parse incl. any JIT)"
+    )
     fr4 = make_frames4(npk, tab, rng)
     fr6 = make_frames6(npk, tab, rng)
     eprint(f"traffic: {fr4.n} IPv4 x {FRAME4} B, {fr6.n} IPv6 x {FRAME6} B")
@@ -685,9 +738,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for r in range(R):
         m = build_in_subprocess(args.table, cpu)
         builds.append(m)
-        eprint(f"build {r + 1}/{R}: parse {m['parse_s']:.2f} s, setup {m['setup_s'] * 1e3:.1f} ms,"
-               f" IPv4 {m['ip4_load_s']:.2f} s, IPv6 {m['ip6_load_s']:.2f} s, "
-               f"RSS +{m['total_rss_mb']:.0f} MB")
+        eprint(
+            f"build {r + 1}/{R}: parse {m['parse_s']:.2f} s, setup {m['setup_s'] * 1e3:.1f} ms,"
+            f" IPv4 {m['ip4_load_s']:.2f} s, IPv6 {m['ip6_load_s']:.2f} s, "
+            f"RSS +{m['total_rss_mb']:.0f} MB"
+        )
     fib, lb4, lb6, _ = build_fib(tab)  # the FIB the forwarding runs use
     add_route_s = time_add_route(tab, args.add_route_sample, rng)
     stats4, stats6 = fib.lpm[4].stats(), fib.lpm[6].stats()
@@ -704,10 +759,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     agree4 = p256.first_batch_output(fr4) == pyf.forward4(py4[:256])[0]
     agree6 = p256.first_batch_output(fr6) == pyf.forward6(py6[:256])[0]
 
-    res: dict[str, list[float]] = {k: [] for k in (
-        "ip4_mpps", "ip6_mpps", "py4_kpps", "py6_kpps", "lookup4_mlps", "lookup6_mlps",
-        "ip4_vs64_mpps", "ip4_vs1024_mpps", "load4_ns", "load6_ns", "empty_run_us",
-        "direct_call_us", "ip4_nodes_sum_ns", "ip6_nodes_sum_ns")}
+    res: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "ip4_mpps",
+            "ip6_mpps",
+            "py4_kpps",
+            "py6_kpps",
+            "lookup4_mlps",
+            "lookup6_mlps",
+            "ip4_vs64_mpps",
+            "ip4_vs1024_mpps",
+            "load4_ns",
+            "load6_ns",
+            "empty_run_us",
+            "direct_call_us",
+            "ip4_nodes_sum_ns",
+            "ip6_nodes_sum_ns",
+        )
+    }
     nodes4: list[list[dict[str, Any]]] = []
     nodes6: list[list[dict[str, Any]]] = []
     bmed4: list[dict[str, float]] = []
@@ -747,17 +817,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         res["load6_ns"].append(p256.load_only(fr6) / fr6.n * 1e9)
         res["empty_run_us"].append(p256.empty_runs(20000) * 1e6)
         res["direct_call_us"].append(p256.direct_empty_calls(20000) * 1e6)
-        res["ip4_nodes_sum_ns"].append(sum(x["ns_per_packet"] * x["vectors"]
-                                           for x in nodes4[-1]) / fr4.n)
-        res["ip6_nodes_sum_ns"].append(sum(x["ns_per_packet"] * x["vectors"]
-                                           for x in nodes6[-1]) / fr6.n)
-        fwd_check = {"ip4_counters": c4, "ip6_counters": c6,
-                     "py4_forwarded": nout, "py6_forwarded": nout6,
-                     "lookup4_misses": int((v4 < 0).sum()), "lookup6_misses": int((v6 < 0).sum())}
-        eprint(f"rep {r + 1}/{R}: IPv4 {res['ip4_mpps'][-1]:.2f} Mpps, IPv6 "
-               f"{res['ip6_mpps'][-1]:.2f} Mpps, python {res['py4_kpps'][-1]:.0f}/"
-               f"{res['py6_kpps'][-1]:.0f} kpps, lookup {res['lookup4_mlps'][-1]:.0f}/"
-               f"{res['lookup6_mlps'][-1]:.0f} M/s")
+        res["ip4_nodes_sum_ns"].append(
+            sum(x["ns_per_packet"] * x["vectors"] for x in nodes4[-1]) / fr4.n
+        )
+        res["ip6_nodes_sum_ns"].append(
+            sum(x["ns_per_packet"] * x["vectors"] for x in nodes6[-1]) / fr6.n
+        )
+        fwd_check = {
+            "ip4_counters": c4,
+            "ip6_counters": c6,
+            "py4_forwarded": nout,
+            "py6_forwarded": nout6,
+            "lookup4_misses": int((v4 < 0).sum()),
+            "lookup6_misses": int((v6 < 0).sum()),
+        }
+        eprint(
+            f"rep {r + 1}/{R}: IPv4 {res['ip4_mpps'][-1]:.2f} Mpps, IPv6 "
+            f"{res['ip6_mpps'][-1]:.2f} Mpps, python {res['py4_kpps'][-1]:.0f}/"
+            f"{res['py6_kpps'][-1]:.0f} kpps, lookup {res['lookup4_mlps'][-1]:.0f}/"
+            f"{res['lookup6_mlps'][-1]:.0f} M/s"
+        )
     steal_s = (steal_ticks() - steal0) / os.sysconf("SC_CLK_TCK")
     trivial_us = trivial_call_s(200000) * 1e6
 
@@ -769,36 +848,61 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     S = {k: summary(v) for k, v in res.items()}
     ratio4 = summary([a * 1e3 / b for a, b in zip(res["ip4_mpps"], res["py4_kpps"], strict=True)])
     ratio6 = summary([a * 1e3 / b for a, b in zip(res["ip6_mpps"], res["py6_kpps"], strict=True)])
-    ratio4_cpu = summary([a * 1e3 / b for a, b in
-                          zip(res["ip4_cpu_mpps"], res["py4_cpu_kpps"], strict=True)])
-    ratio6_cpu = summary([a * 1e3 / b for a, b in
-                          zip(res["ip6_cpu_mpps"], res["py6_cpu_kpps"], strict=True)])
+    ratio4_cpu = summary(
+        [a * 1e3 / b for a, b in zip(res["ip4_cpu_mpps"], res["py4_cpu_kpps"], strict=True)]
+    )
+    ratio6_cpu = summary(
+        [a * 1e3 / b for a, b in zip(res["ip6_cpu_mpps"], res["py6_cpu_kpps"], strict=True)]
+    )
     B = {k: summary([m[k] for m in builds]) for k in builds[0]}
     tables_mb = B["ip4_nbytes_mb"]["median"] + B["ip6_nbytes_mb"]["median"]
     rss_mb = B["total_rss_mb"]["median"]
     targets = {
-        "ip4_mpps": {"target": f">= {TARGETS['ip4_mpps']}", "value": S["ip4_mpps"]["median"],
-                     "met": S["ip4_mpps"]["median"] >= TARGETS["ip4_mpps"]},
-        "ip6_mpps": {"target": f">= {TARGETS['ip6_mpps']}", "value": S["ip6_mpps"]["median"],
-                     "met": S["ip6_mpps"]["median"] >= TARGETS["ip6_mpps"]},
-        "ip4_build_s": {"target": f"<= {TARGETS['ip4_build_s']}",
-                        "value": B["ip4_load_s"]["median"],
-                        "met": B["ip4_load_s"]["median"] <= TARGETS["ip4_build_s"]},
-        "tables_mb": {"target": f"<= {TARGETS['tables_mb']}", "value": max(tables_mb, rss_mb),
-                      "met": max(tables_mb, rss_mb) <= TARGETS["tables_mb"]},
-        "speedup_vs_python_ip4": {"target": f">= {TARGETS['speedup_vs_python']}",
-                                  "value": ratio4["median"],
-                                  "met": ratio4["median"] >= TARGETS["speedup_vs_python"]},
-        "speedup_vs_python_ip6": {"target": f">= {TARGETS['speedup_vs_python']}",
-                                  "value": ratio6["median"],
-                                  "met": ratio6["median"] >= TARGETS["speedup_vs_python"]},
+        "ip4_mpps": {
+            "target": f">= {TARGETS['ip4_mpps']}",
+            "value": S["ip4_mpps"]["median"],
+            "met": S["ip4_mpps"]["median"] >= TARGETS["ip4_mpps"],
+        },
+        "ip6_mpps": {
+            "target": f">= {TARGETS['ip6_mpps']}",
+            "value": S["ip6_mpps"]["median"],
+            "met": S["ip6_mpps"]["median"] >= TARGETS["ip6_mpps"],
+        },
+        "ip4_build_s": {
+            "target": f"<= {TARGETS['ip4_build_s']}",
+            "value": B["ip4_load_s"]["median"],
+            "met": B["ip4_load_s"]["median"] <= TARGETS["ip4_build_s"],
+        },
+        "tables_mb": {
+            "target": f"<= {TARGETS['tables_mb']}",
+            "value": max(tables_mb, rss_mb),
+            "met": max(tables_mb, rss_mb) <= TARGETS["tables_mb"],
+        },
+        "speedup_vs_python_ip4": {
+            "target": f">= {TARGETS['speedup_vs_python']}",
+            "value": ratio4["median"],
+            "met": ratio4["median"] >= TARGETS["speedup_vs_python"],
+        },
+        "speedup_vs_python_ip6": {
+            "target": f">= {TARGETS['speedup_vs_python']}",
+            "value": ratio6["median"],
+            "met": ratio6["median"] >= TARGETS["speedup_vs_python"],
+        },
     }
     return {
         "machine": info,
-        "config": {"packets": npk, "repeat": R, "python_packets": len(py4),
-                   "table": str(args.table), "frame4_bytes": FRAME4, "frame6_bytes": FRAME6,
-                   "interfaces": N_IF, "neighbours_per_family": N_NB,
-                   "prefixes4": int(tab.a4.shape[0]), "prefixes6": int(tab.h6.shape[0])},
+        "config": {
+            "packets": npk,
+            "repeat": R,
+            "python_packets": len(py4),
+            "table": str(args.table),
+            "frame4_bytes": FRAME4,
+            "frame6_bytes": FRAME6,
+            "interfaces": N_IF,
+            "neighbours_per_family": N_NB,
+            "prefixes4": int(tab.a4.shape[0]),
+            "prefixes6": int(tab.h6.shape[0]),
+        },
         "warmup_s": warm_s,
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
@@ -826,15 +930,21 @@ def print_text(R: dict[str, Any]) -> None:
     S, B, c = R["forwarding"], R["build"], R["config"]
     print(f"machine: {machine_line(R['machine'])}; pinned CPU {R['machine']['pinned_cpu']}")
     lb, la = R["loadavg_before"], R["loadavg_after"]
-    print(f"load average (1/5/15 min) before {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}, after "
-          f"{la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f} (other jobs share this machine)")
+    print(
+        f"load average (1/5/15 min) before {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}, after "
+        f"{la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f} (other jobs share this machine)"
+    )
     cs = R["cpu_share"]
-    print(f"CPU share of the vecroute forwarding runs (process CPU / wall): median "
-          f"{cs['median']:.2f}, min {cs['min']:.2f}; hypervisor steal during the runs "
-          f"{R['steal_s']:.1f} s")
-    print(f"table: {c['prefixes4']} IPv4 + {c['prefixes6']} IPv6 prefixes; {c['interfaces']} "
-          f"interfaces, {c['neighbours_per_family']} neighbours per family; "
-          f"median [min .. max] of {c['repeat']} interleaved runs")
+    print(
+        f"CPU share of the vecroute forwarding runs (process CPU / wall): median "
+        f"{cs['median']:.2f}, min {cs['min']:.2f}; hypervisor steal during the runs "
+        f"{R['steal_s']:.1f} s"
+    )
+    print(
+        f"table: {c['prefixes4']} IPv4 + {c['prefixes6']} IPv6 prefixes; {c['interfaces']} "
+        f"interfaces, {c['neighbours_per_family']} neighbours per family; "
+        f"median [min .. max] of {c['repeat']} interleaved runs"
+    )
     print()
     print("FIB build (each repetition in a fresh process, kernels warmed on a small table first)")
     print(f"  parse table file      {fmt_summary(B['parse_s'], 's', 3)}")
@@ -842,49 +952,67 @@ def print_text(R: dict[str, Any]) -> None:
     print(f"  IPv4 bulk load        {fmt_summary(B['ip4_load_s'], 's', 3)}")
     print(f"  IPv6 bulk load        {fmt_summary(B['ip6_load_s'], 's', 3)}")
     print(f"  Fib.add_route         {R['add_route_us']:.1f} us/route (IPv4 sample, one by one)")
-    print(f"  IPv4 arrays           {B['ip4_nbytes_mb']['median']:.1f} MB allocated, RSS "
-          f"+{fmt_summary(B['ip4_rss_mb'], 'MB', 1)}")
-    print(f"  IPv6 arrays           {B['ip6_nbytes_mb']['median']:.1f} MB allocated, RSS "
-          f"+{fmt_summary(B['ip6_rss_mb'], 'MB', 1)}")
+    print(
+        f"  IPv4 arrays           {B['ip4_nbytes_mb']['median']:.1f} MB allocated, RSS "
+        f"+{fmt_summary(B['ip4_rss_mb'], 'MB', 1)}"
+    )
+    print(
+        f"  IPv6 arrays           {B['ip6_nbytes_mb']['median']:.1f} MB allocated, RSS "
+        f"+{fmt_summary(B['ip6_rss_mb'], 'MB', 1)}"
+    )
     print(f"  whole build RSS       +{fmt_summary(B['total_rss_mb'], 'MB', 1)}")
     for fam in (4, 6):
         st = R[f"lpm{fam}_stats"]
-        print(f"  lpm{fam}: rules {st['rules']}, groups in use {st['groups_in_use']} of "
-              f"{st['groups_capacity']} ({st['groups_bytes_in_use'] / 1e6:.1f} MB), roots "
-              f"{st['roots_bytes'] / 1e6:.1f} MB, rule store {st['rule_store_bytes'] / 1e6:.1f} MB")
+        print(
+            f"  lpm{fam}: rules {st['rules']}, groups in use {st['groups_in_use']} of "
+            f"{st['groups_capacity']} ({st['groups_bytes_in_use'] / 1e6:.1f} MB), roots "
+            f"{st['roots_bytes'] / 1e6:.1f} MB, rule store {st['rule_store_bytes'] / 1e6:.1f} MB"
+        )
     print()
     print(f"Forwarding ({c['packets']} frames per family, vector 256, Graph.run incl. load)")
     print(f"  IPv4 {c['frame4_bytes']} B   {fmt_summary(S['ip4_mpps'], 'Mpps')}")
     print(f"  IPv6 {c['frame6_bytes']} B   {fmt_summary(S['ip6_mpps'], 'Mpps')}")
-    print(f"  IPv4 per CPU-second  {fmt_summary(S['ip4_cpu_mpps'], 'Mpps')} (packets / process "
-          f"CPU time: the rate with the core to itself, cache sharing aside)")
+    print(
+        f"  IPv4 per CPU-second  {fmt_summary(S['ip4_cpu_mpps'], 'Mpps')} (packets / process "
+        f"CPU time: the rate with the core to itself, cache sharing aside)"
+    )
     print(f"  IPv6 per CPU-second  {fmt_summary(S['ip6_cpu_mpps'], 'Mpps')}")
     print(f"  IPv4 vector   64   {fmt_summary(S['ip4_vs64_mpps'], 'Mpps')}")
     print(f"  IPv4 vector  256   {fmt_summary(S['ip4_mpps'], 'Mpps')}")
     print(f"  IPv4 vector 1024   {fmt_summary(S['ip4_vs1024_mpps'], 'Mpps')}")
     print(f"  bare lookup IPv4   {fmt_summary(S['lookup4_mlps'], 'M lookups/s')}")
     print(f"  bare lookup IPv6   {fmt_summary(S['lookup6_mlps'], 'M lookups/s')}")
-    print(f"  Python+pytricia IPv4  {fmt_summary(S['py4_kpps'], 'kpps', 0)} "
-          f"({c['python_packets']} packets)")
+    print(
+        f"  Python+pytricia IPv4  {fmt_summary(S['py4_kpps'], 'kpps', 0)} "
+        f"({c['python_packets']} packets)"
+    )
     print(f"  Python+pytricia IPv6  {fmt_summary(S['py6_kpps'], 'kpps', 0)}")
     print(f"  ratio IPv4            {fmt_summary(R['ratio_ip4'], 'x', 0)}")
     print(f"  ratio IPv6            {fmt_summary(R['ratio_ip6'], 'x', 0)}")
-    print(f"  ratio per CPU-second  IPv4 {fmt_summary(R['ratio_ip4_cpu'], 'x', 0)}, IPv6 "
-          f"{fmt_summary(R['ratio_ip6_cpu'], 'x', 0)}")
+    print(
+        f"  ratio per CPU-second  IPv4 {fmt_summary(R['ratio_ip4_cpu'], 'x', 0)}, IPv6 "
+        f"{fmt_summary(R['ratio_ip6_cpu'], 'x', 0)}"
+    )
     print(f"  same output bytes as the Python forwarder (first batch): {R['python_agrees']}")
     print()
     print("Where the time goes (vector 256)")
     for fam in (4, 6):
         total = 1e3 / S[f"ip{fam}_mpps"]["median"]
-        print(f"  IPv{fam}: {total:.1f} ns/packet in all; PacketBatch.load "
-              f"{S[f'load{fam}_ns']['median']:.1f} ns; node clocks "
-              f"{S[f'ip{fam}_nodes_sum_ns']['median']:.1f} ns")
+        print(
+            f"  IPv{fam}: {total:.1f} ns/packet in all; PacketBatch.load "
+            f"{S[f'load{fam}_ns']['median']:.1f} ns; node clocks "
+            f"{S[f'ip{fam}_nodes_sum_ns']['median']:.1f} ns"
+        )
         for row in R[f"nodes_ip{fam}"]:
-            print(f"    {row['node']:<18} {row['ns_per_packet']:7.2f} ns/packet "
-                  f"[{row['min']:.2f} .. {row['max']:.2f}]  {row['vectors_per_call']:.0f}/call;"
-                  f" median of batches {row['batch_median_ns']:.2f}")
-    print(f"  Graph.run on an empty batch  {fmt_summary(S['empty_run_us'], 'us/call')} "
-          f"(= {S['empty_run_us']['median'] * 1e3 / 256:.1f} ns/packet at 256)")
+            print(
+                f"    {row['node']:<18} {row['ns_per_packet']:7.2f} ns/packet "
+                f"[{row['min']:.2f} .. {row['max']:.2f}]  {row['vectors_per_call']:.0f}/call;"
+                f" median of batches {row['batch_median_ns']:.2f}"
+            )
+    print(
+        f"  Graph.run on an empty batch  {fmt_summary(S['empty_run_us'], 'us/call')} "
+        f"(= {S['empty_run_us']['median'] * 1e3 / 256:.1f} ns/packet at 256)"
+    )
     print(f"  run_graph direct, empty      {fmt_summary(S['direct_call_us'], 'us/call')}")
     print(f"  no-argument @njit call       {R['trivial_njit_call_us']:.3f} us/call")
     print()
@@ -894,17 +1022,29 @@ def print_text(R: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.forwarding", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.forwarding",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--packets", type=int, default=1 << 20, help="frames per family (2**20)")
     ap.add_argument("--repeat", type=int, default=5, help="repetitions, interleaved (5)")
-    ap.add_argument("--python-packets", type=int, default=50_000,
-                    help="frames per family for the Python forwarder (50000)")
-    ap.add_argument("--add-route-sample", type=int, default=20_000,
-                    help="IPv4 routes installed one by one with Fib.add_route (20000)")
-    ap.add_argument("--table", type=Path, default=DEFAULT_TABLE,
-                    help=f"prefix file (default {DEFAULT_TABLE})")
+    ap.add_argument(
+        "--python-packets",
+        type=int,
+        default=50_000,
+        help="frames per family for the Python forwarder (50000)",
+    )
+    ap.add_argument(
+        "--add-route-sample",
+        type=int,
+        default=20_000,
+        help="IPv4 routes installed one by one with Fib.add_route (20000)",
+    )
+    ap.add_argument(
+        "--table", type=Path, default=DEFAULT_TABLE, help=f"prefix file (default {DEFAULT_TABLE})"
+    )
     ap.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: last allowed)")
     ap.add_argument("--build-probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -202,17 +202,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pcap = d / "in-eth0.pcap"
         gen_s = write_pcap(pcap, frames)
         size_mb = pcap.stat().st_size / 1e6
-        eprint(f"capture: {args.packets} x {FRAME} B frames, {size_mb:.1f} MB, written in "
-               f"{gen_s:.2f} s ({args.packets / gen_s / 1e6:.1f} M records/s)")
+        eprint(
+            f"capture: {args.packets} x {FRAME} B frames, {size_mb:.1f} MB, written in "
+            f"{gen_s:.2f} s ({args.packets / gen_s / 1e6:.1f} M records/s)"
+        )
         inputs = [("eth0", str(pcap))]
         out = d / "out"
         rp = Replayer(cfg, args.vector_size)
         t0 = time.perf_counter()
         warm = rp.run(inputs, out)  # JIT warm-up, page cache
         eprint(f"warm-up replay: {time.perf_counter() - t0:.1f} s, {warm.packets_out} out")
-        res: dict[str, list[float]] = {k: [] for k in (
-            "e2e_mpps", "read_s", "process_write_s", "process_s", "merge_only_s", "e2e_s",
-            "writer_only_s")}
+        res: dict[str, list[float]] = {
+            k: []
+            for k in (
+                "e2e_mpps",
+                "read_s",
+                "process_write_s",
+                "process_s",
+                "merge_only_s",
+                "e2e_s",
+                "writer_only_s",
+            )
+        }
         outcome: dict[str, Any] = {}
         share = CpuShare()
         for r in range(args.repeat):
@@ -227,34 +238,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             merge_s, proc_s, _ = process_only(rp, inputs)
             res["process_s"].append(proc_s)
             res["merge_only_s"].append(merge_s)
-            res["writer_only_s"].append(writer_only(d / "writer-only.pcap", frames,
-                                                    args.vector_size))
-            outcome = {"packets_in": rr.packets_in, "packets_out": rr.packets_out,
-                       "outputs": {k: os.path.getsize(v) for k, v in rr.outputs.items()},
-                       "capture_errors": rr.capture_errors}
-            eprint(f"rep {r + 1}/{args.repeat}: {res['e2e_mpps'][-1]:.2f} Mpps end to end "
-                   f"({e2e:.3f} s: read {res['read_s'][-1]:.3f}, process+write "
-                   f"{rr.seconds:.3f}; process alone {proc_s:.3f})")
+            res["writer_only_s"].append(
+                writer_only(d / "writer-only.pcap", frames, args.vector_size)
+            )
+            outcome = {
+                "packets_in": rr.packets_in,
+                "packets_out": rr.packets_out,
+                "outputs": {k: os.path.getsize(v) for k, v in rr.outputs.items()},
+                "capture_errors": rr.capture_errors,
+            }
+            eprint(
+                f"rep {r + 1}/{args.repeat}: {res['e2e_mpps'][-1]:.2f} Mpps end to end "
+                f"({e2e:.3f} s: read {res['read_s'][-1]:.3f}, process+write "
+                f"{rr.seconds:.3f}; process alone {proc_s:.3f})"
+            )
     n = args.packets
     res["e2e_cpu_mpps"] = [m / c for m, c in zip(res["e2e_mpps"], share.shares, strict=True)]
     S = {k: summary(v) for k, v in res.items()}
     write_s = [pw - p for pw, p in zip(res["process_write_s"], res["process_s"], strict=True)]
     S["write_s"] = summary(write_s)
-    per_pkt = {k: S[k]["median"] / n * 1e9
-               for k in ("read_s", "process_s", "write_s", "e2e_s", "writer_only_s")}
+    per_pkt = {
+        k: S[k]["median"] / n * 1e9
+        for k in ("read_s", "process_s", "write_s", "e2e_s", "writer_only_s")
+    }
     return {
         "machine": info,
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
-        "config": {"packets": n, "frame_bytes": FRAME, "repeat": args.repeat,
-                   "vector_size": args.vector_size, "capture_mb": size_mb,
-                   "pcap_write_s": gen_s},
+        "config": {
+            "packets": n,
+            "frame_bytes": FRAME,
+            "repeat": args.repeat,
+            "vector_size": args.vector_size,
+            "capture_mb": size_mb,
+            "pcap_write_s": gen_s,
+        },
         "results": S,
         "ns_per_packet": per_pkt,
         "outcome": outcome,
         "cpu_share": summary(share.shares),
-        "target": {"target": f">= {TARGET_MPPS} Mpps", "value": S["e2e_mpps"]["median"],
-                   "met": S["e2e_mpps"]["median"] >= TARGET_MPPS},
+        "target": {
+            "target": f">= {TARGET_MPPS} Mpps",
+            "value": S["e2e_mpps"]["median"],
+            "met": S["e2e_mpps"]["median"] >= TARGET_MPPS,
+        },
     }
 
 
@@ -262,37 +289,58 @@ def print_text(R: dict[str, Any]) -> None:
     S, c, pp = R["results"], R["config"], R["ns_per_packet"]
     lb, la = R["loadavg_before"], R["loadavg_after"]
     print(f"machine: {machine_line(R['machine'])}; pinned CPU {R['machine']['pinned_cpu']}")
-    print(f"load average before {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}, after "
-          f"{la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f}")
+    print(
+        f"load average before {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}, after "
+        f"{la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f}"
+    )
     cs = R["cpu_share"]
-    print(f"CPU share of the timed replays (process CPU / wall): median {cs['median']:.2f}, "
-          f"min {cs['min']:.2f}")
-    print(f"capture: {c['packets']} x {c['frame_bytes']} B IPv4/UDP ({c['capture_mb']:.1f} MB), "
-          f"vector {c['vector_size']}; median [min .. max] of {c['repeat']} runs")
+    print(
+        f"CPU share of the timed replays (process CPU / wall): median {cs['median']:.2f}, "
+        f"min {cs['min']:.2f}"
+    )
+    print(
+        f"capture: {c['packets']} x {c['frame_bytes']} B IPv4/UDP ({c['capture_mb']:.1f} MB), "
+        f"vector {c['vector_size']}; median [min .. max] of {c['repeat']} runs"
+    )
     o = R["outcome"]
-    print(f"packets in {o['packets_in']}, out {o['packets_out']} "
-          f"(files: {', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in o['outputs'].items())})")
+    print(
+        f"packets in {o['packets_in']}, out {o['packets_out']} "
+        f"(files: {', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in o['outputs'].items())})"
+    )
     print()
-    print(f"  end to end        {fmt_summary(S['e2e_mpps'], 'Mpps')}   "
-          f"({pp['e2e_s']:.0f} ns/packet)")
-    print(f"  per CPU-second    {fmt_summary(S['e2e_cpu_mpps'], 'Mpps')}   (packets / process "
-          f"CPU time)")
-    print(f"  read + merge      {fmt_summary(S['read_s'], 's', 3)}   "
-          f"({pp['read_s']:.0f} ns/packet)")
-    print(f"  process           {fmt_summary(S['process_s'], 's', 3)}   "
-          f"({pp['process_s']:.0f} ns/packet, load + Graph.run, measured alone)")
-    print(f"  write (derived)   {fmt_summary(S['write_s'], 's', 3)}   "
-          f"({pp['write_s']:.0f} ns/packet, run's own seconds minus process)")
-    print(f"  PcapWriter alone  {fmt_summary(S['writer_only_s'], 's', 3)}   "
-          f"({pp['writer_only_s']:.0f} ns/packet, write_batch per vector, one file, no ordering)")
+    print(
+        f"  end to end        {fmt_summary(S['e2e_mpps'], 'Mpps')}   ({pp['e2e_s']:.0f} ns/packet)"
+    )
+    print(
+        f"  per CPU-second    {fmt_summary(S['e2e_cpu_mpps'], 'Mpps')}   (packets / process "
+        f"CPU time)"
+    )
+    print(
+        f"  read + merge      {fmt_summary(S['read_s'], 's', 3)}   ({pp['read_s']:.0f} ns/packet)"
+    )
+    print(
+        f"  process           {fmt_summary(S['process_s'], 's', 3)}   "
+        f"({pp['process_s']:.0f} ns/packet, load + Graph.run, measured alone)"
+    )
+    print(
+        f"  write (derived)   {fmt_summary(S['write_s'], 's', 3)}   "
+        f"({pp['write_s']:.0f} ns/packet, run's own seconds minus process)"
+    )
+    print(
+        f"  PcapWriter alone  {fmt_summary(S['writer_only_s'], 's', 3)}   "
+        f"({pp['writer_only_s']:.0f} ns/packet, write_batch per vector, one file, no ordering)"
+    )
     t = R["target"]
     print()
     print(f"target {t['target']}: {t['value']:.2f} Mpps {verdict(t['met'])}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.replay_rate", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.replay_rate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--packets", type=int, default=1 << 20, help="frames in the capture (2**20)")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs (5)")
     ap.add_argument("--vector-size", type=int, default=256, help="batch size (256)")

@@ -352,6 +352,15 @@ def test_echo_reply_checksum_property(ident: int, seq: int, data: bytes) -> None
     assert_checksums(q)
 
 
+def test_echo_reply_all_zero_message(router: Router) -> None:
+    """id 0, seq 0, no data: the reply is all zeros, so its checksum must be 0xFFFF (an
+    RFC 1624 incremental update from the request's 0xF7FF gives 0x0000, which receivers
+    reject)."""
+    res = router.run([eth() / IP(src=H0_IP4, dst=R0_IP4) / ICMP(id=0, seq=0)])
+    assert res.tx[0].pkt[ICMP].chksum == 0xFFFF
+    assert_checksums(res.tx[0].pkt)
+
+
 def test_ping_router_with_ttl1(router: Router) -> None:
     """TTL is only checked when forwarding: a TTL-1 packet to us is delivered."""
     res = router.run([eth() / IP(src=H0_IP4, dst=R0_IP4, ttl=1) / ICMP(id=1, seq=1) / b"x"])

@@ -133,6 +133,7 @@ from vecroute.firewall.rules import (
 from vecroute.firewall.states import (
     FC_COUNT,
     FC_HITS,
+    FC_SCRATCH,
     FC_SWEEP,
     ST_RULE,
     state_find,
@@ -226,11 +227,22 @@ F_DPORT = 3
 F_META = 4
 FIELD_NAMES = ("src", "dst", "sport", "dport", "meta")
 
+# -- rule groups (grp int64[N_GROUPS, G_COLS]) ----------------------------------------------------
+N_GROUPS = 4  # 2 * (source condition dense) + (destination condition dense)
+G_WOFF = 0  # first bm word of the group
+G_NW = 1  # bm words of the group
+G_AOFF = 2  # first ag word
+G_NA = 3  # ag words
+G_ROFF = 4  # first glist entry
+G_N = 5  # rules in the group
+G_COLS = 6
+DENSE = 0.1  # a condition covering more than this share of a field's classes is "dense"
+
 FW = namedtuple(
     "FW",
     [
-        "cl4_roots", "cl4_groups", "cl6_roots", "cl6_groups", "cmap", "bm", "ag", "rinfo",
-        "prog", "probes", "cnt",
+        "cl4_roots", "cl4_groups", "cl6_roots", "cl6_groups", "cmap", "bm", "ag", "grp",
+        "glist", "gpos", "rinfo", "prog", "probes", "cnt",
         "t4_roots", "t4_groups", "t6_roots", "t6_groups", "t_idx", "nt", "if_tab",
         "st", "ctl",
     ],
@@ -260,20 +272,25 @@ def cttz(typingctx, x):
     return sig, codegen
 
 
+# The per-packet code takes the arrays one by one and runs without reference counting
+# (_nrt=False): getting a member out of the FW tuple, or passing an array to an inlined
+# helper, otherwise costs an atomic increment and decrement each, and with ~20 arrays per
+# packet that was most of the time. The tuple is unpacked once per batch (fw_batch).
+
+
 @njit(cache=True, inline="always")
-def _class_rows(fw, keys, i, direction):
+def _class_rows(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, keys, i, direction):
     fam = keys[i, K_FAMILY]
-    cm = fw.cmap
     if fam == 6:
-        rs = lpm6_lookup(fw.cl6_roots, fw.cl6_groups, cm[CM_SRC6], np.uint64(keys[i, K_SRC_HI]),
+        rs = lpm6_lookup(cl6_roots, cl6_groups, cmap[CM_SRC6], np.uint64(keys[i, K_SRC_HI]),
                          np.uint64(keys[i, K_SRC_LO]))
-        rd = lpm6_lookup(fw.cl6_roots, fw.cl6_groups, cm[CM_DST6], np.uint64(keys[i, K_DST_HI]),
+        rd = lpm6_lookup(cl6_roots, cl6_groups, cmap[CM_DST6], np.uint64(keys[i, K_DST_HI]),
                          np.uint64(keys[i, K_DST_LO]))
         fi = 257
     else:
-        rs = lpm4_lookup(fw.cl4_roots, fw.cl4_groups, cm[CM_SRC4],
+        rs = lpm4_lookup(cl4_roots, cl4_groups, cmap[CM_SRC4],
                          np.uint32(keys[i, K_SRC_LO] & 0xFFFFFFFF))
-        rd = lpm4_lookup(fw.cl4_roots, fw.cl4_groups, cm[CM_DST4],
+        rd = lpm4_lookup(cl4_roots, cl4_groups, cmap[CM_DST4],
                          np.uint32(keys[i, K_DST_LO] & 0xFFFFFFFF))
         fi = 0
     nonfirst = (keys[i, K_FRAG] & FRAG_NONFIRST) != 0
@@ -286,44 +303,59 @@ def _class_rows(fw, keys, i, direction):
     pr = keys[i, K_PROTO]
     if pr < 0 or pr > 255:
         pr = 256
-    rsp = cm[SPORT_OFF + sp]
-    rdp = cm[DPORT_OFF + dp]
-    rm = cm[META_OFF + direction * 514 + fi + pr]
+    rsp = cmap[SPORT_OFF + sp]
+    rdp = cmap[DPORT_OFF + dp]
+    rm = cmap[META_OFF + direction * 514 + fi + pr]
     return np.int64(rs), np.int64(rd), np.int64(rsp), np.int64(rdp), np.int64(rm)
 
 
 @njit(cache=True, inline="always")
-def _next_candidate(bm, ag, rs, rd, rsp, rdp, rm, pos, none):
-    """The first rule index >= pos whose bit is set in all five class rows, else ``none``."""
-    wa = ag.shape[1]
-    w0 = pos >> 6
+def _group_next(bm, ag, rs, rd, rsp, rdp, rm, woff, aoff, na, lpos, ng):
+    """Within one group: the first local rule index >= lpos whose bit is set in all five
+    class rows, else ``ng``."""
+    if lpos >= ng:
+        return ng
+    w0 = lpos >> 6
     a = w0 >> 6
     amask = ~((_U1 << np.uint64(w0 & 63)) - _U1)
-    while a < wa:
-        g = ag[rs, a] & ag[rd, a] & ag[rsp, a] & ag[rdp, a] & ag[rm, a] & amask
+    while a < na:
+        g = (ag[rs, aoff + a] & ag[rd, aoff + a] & ag[rsp, aoff + a] & ag[rdp, aoff + a]
+             & ag[rm, aoff + a] & amask)
         while g:
             w = (a << 6) + np.int64(cttz(g))
-            x = bm[rs, w] & bm[rd, w] & bm[rsp, w] & bm[rdp, w] & bm[rm, w]
+            c = woff + w
+            x = bm[rs, c] & bm[rd, c] & bm[rsp, c] & bm[rdp, c] & bm[rm, c]
             if w == w0:
-                x &= ~((_U1 << np.uint64(pos & 63)) - _U1)
+                x &= ~((_U1 << np.uint64(lpos & 63)) - _U1)
             if x:
                 return (w << 6) + np.int64(cttz(x))
             g &= g - _U1
         a += 1
         amask = ~np.uint64(0)
-    return none
+    return ng
 
 
-@njit(cache=True)
-def _verify(fw, r, keys, i, direction):
+@njit(cache=True, inline="always")
+def _advance(bm, ag, grp, glist, scr, k, rs, rd, rsp, rdp, rm, lpos, dflt):
+    """Move group k's cursor to its first candidate with local index >= lpos."""
+    n = grp[k, G_N]
+    lo = _group_next(bm, ag, rs, rd, rsp, rdp, rm, grp[k, G_WOFF], grp[k, G_AOFF],
+                     grp[k, G_NA], lpos, n)
+    scr[k] = lo
+    scr[N_GROUPS + k] = glist[grp[k, G_ROFF] + lo] if lo < n else dflt
+
+
+@njit(cache=True, inline="always")
+def _verify(rinfo, prog, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, r, keys,
+            i, direction):
     """Run rule r's residual program. Returns (matched, tablearg)."""
-    prog = fw.prog
-    j = fw.rinfo[r, RI_POFF]
-    end = j + fw.rinfo[r, RI_PLEN]
+    j = rinfo[r, RI_POFF]
+    end = j + rinfo[r, RI_PLEN]
     targ = np.int64(0)
     fam = keys[i, K_FAMILY]
     proto = keys[i, K_PROTO]
     nonfirst = (keys[i, K_FRAG] & FRAG_NONFIRST) != 0
+    matched = True
     while j < end:
         op = prog[j, P_OP]
         neg = prog[j, P_NEG] != 0
@@ -333,11 +365,11 @@ def _verify(fw, r, keys, i, direction):
         nxt = j + 1
         if op == OP_ADDR_TABLE:
             if a == 0:
-                v = table_addr_lookup(fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups,
-                                      fw.t_idx, b, fam, keys[i, K_SRC_HI], keys[i, K_SRC_LO])
+                v = table_addr_lookup(t4_roots, t4_groups, t6_roots, t6_groups, t_idx, b, fam,
+                                      keys[i, K_SRC_HI], keys[i, K_SRC_LO])
             else:
-                v = table_addr_lookup(fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups,
-                                      fw.t_idx, b, fam, keys[i, K_DST_HI], keys[i, K_DST_LO])
+                v = table_addr_lookup(t4_roots, t4_groups, t6_roots, t6_groups, t_idx, b, fam,
+                                      keys[i, K_DST_HI], keys[i, K_DST_LO])
             m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
             if m:
                 targ = v
@@ -345,7 +377,7 @@ def _verify(fw, r, keys, i, direction):
             k = keys[i, K_SPORT] if a == 0 else keys[i, K_DPORT]
             if nonfirst:
                 k = -1
-            v = table_number_lookup(fw.nt, fw.t_idx, b, k)
+            v = table_number_lookup(nt, t_idx, b, k)
             m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
             if m:
                 targ = v
@@ -357,7 +389,7 @@ def _verify(fw, r, keys, i, direction):
             if op == OP_IFACE:
                 m = ifx >= 0 and (b < 0 or ifx == b)
             else:
-                v = table_iface_lookup(fw.if_tab, fw.t_idx, b, ifx)
+                v = table_iface_lookup(if_tab, t_idx, b, ifx)
                 m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
                 if m:
                     targ = v
@@ -390,9 +422,10 @@ def _verify(fw, r, keys, i, direction):
         if neg:
             m = not m
         if not m:
-            return False, targ
+            matched = False
+            break
         j = nxt
-    return True, targ
+    return matched, targ
 
 
 @njit(cache=True, inline="always")
@@ -402,7 +435,7 @@ def _count(cnt, r, length, now):
     cnt[r, 2] = now
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _find_number(rinfo, number):
     """Index of the first rule whose number is >= number (the default rule at worst)."""
     lo = 0
@@ -419,37 +452,53 @@ def _find_number(rinfo, number):
 @njit(cache=True, inline="always")
 def _verdict(rinfo, r, keys, i):
     act = rinfo[r, RI_ACT]
+    v = V_DROP
+    x = np.int64(DROP_RULE)
     if act == A_ALLOW:
-        return V_PASS, r, 0
-    if act == A_REJECT:
+        v = V_PASS
+        x = 0
+    elif act == A_REJECT:
+        v = V_REJECT
         codes = rinfo[r, RI_ARG]
         if keys[i, K_FAMILY] == 6:
-            return V_REJECT, r, (1 << 8) | ((codes >> 8) & 255)
-        return V_REJECT, r, (3 << 8) | (codes & 255)
-    if act == A_RESET:
+            x = (1 << 8) | ((codes >> 8) & 255)
+        else:
+            x = (3 << 8) | (codes & 255)
+    elif act == A_RESET:
         f = keys[i, K_TCPFLAGS]
         if (keys[i, K_PROTO] == 6 and f >= 0 and (keys[i, K_FRAG] & FRAG_NONFIRST) == 0
                 and (f & _TH_RST) == 0):
-            return V_RESET, r, 0
-    return V_DROP, r, DROP_RULE
+            v = V_RESET
+            x = 0
+    return v, x
 
 
-@njit(cache=True)
-def fw_classify(fw, keys, i, direction, now):
-    """Classify packet ``keys[i]``: returns (verdict, rule index, aux); see the module doc."""
-    rs, rd, rsp, rdp, rm = _class_rows(fw, keys, i, direction)
-    rinfo = fw.rinfo
-    probes = fw.probes
+@njit(cache=True, inline="always")
+def _classify(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
+              rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt,
+              if_tab, st, ctl, keys, i, direction, now):
+    rs, rd, rsp, rdp, rm = _class_rows(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap,
+                                       keys, i, direction)
     dflt = rinfo.shape[0] - 1
     length = keys[i, K_LEN]
+    scr = ctl[FC_SCRATCH:FC_SCRATCH + 2 * N_GROUPS]  # local cursor, global index per group
+    for k in range(N_GROUPS):
+        _advance(bm, ag, grp, glist, scr, k, rs, rd, rsp, rdp, rm, 0, dflt)
     pc = 0
     probed = probes[0] > dflt  # no probe points: never look states up
     srow = -1
     pos = 0
     sab = False
     sk0 = sk1 = sk2 = sk3 = sk4 = sk5 = np.int64(0)
-    while True:
-        r = _next_candidate(fw.bm, fw.ag, rs, rd, rsp, rdp, rm, pos, dflt)
+    decided = -1  # the rule whose action decides
+    while decided < 0:
+        # the next candidate: the smallest group cursor
+        kg = 0
+        r = scr[N_GROUPS]
+        for k in range(1, N_GROUPS):
+            if scr[N_GROUPS + k] < r:
+                r = scr[N_GROUPS + k]
+                kg = k
         if not probed:
             while probes[pc] < pos:
                 pc += 1
@@ -460,68 +509,113 @@ def fw_classify(fw, keys, i, direction, now):
                     keys[i, K_DST_HI], keys[i, K_DST_LO], keys[i, K_DPORT], keys[i, K_PROTO])
                 if keys[i, K_FRAG] & FRAG_NONFIRST:
                     sk4 = 0
-                srow = state_find(fw.st, fw.ctl, sk0, sk1, sk2, sk3, sk4, sk5, now)
+                srow = state_find(st, ctl, sk0, sk1, sk2, sk3, sk4, sk5, now)
                 if srow >= 0:
-                    q = fw.st[srow, ST_RULE]
-                    state_update(fw.st, fw.ctl, srow, sab, keys[i, K_PROTO],
-                                 keys[i, K_TCPFLAGS], length, now)
-                    fw.ctl[FC_HITS] += 1
-                    _count(fw.cnt, q, length, now)
+                    q = st[srow, ST_RULE]
+                    state_update(st, ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS],
+                                 length, now)
+                    ctl[FC_HITS] += 1
+                    _count(cnt, q, length, now)
                     if rinfo[q, RI_ACT] == A_SKIPTO:
                         pos = rinfo[q, RI_ARG]
+                        for k in range(N_GROUPS):
+                            if scr[N_GROUPS + k] < pos:
+                                _advance(bm, ag, grp, glist, scr, k, rs, rd, rsp, rdp, rm,
+                                         gpos[k, pos], dflt)
                         continue
-                    return _verdict(rinfo, q, keys, i)
+                    decided = q
+                    break
         if r >= dflt:
-            _count(fw.cnt, dflt, length, now)
-            return _verdict(rinfo, dflt, keys, i)
+            _count(cnt, dflt, length, now)
+            decided = dflt
+            break
         flags = rinfo[r, RI_FLAGS]
         targ = np.int64(0)
+        ok = True
         if flags & RF_CHECK:
-            ok, targ = _verify(fw, r, keys, i, direction)
-            if not ok:
-                pos = r + 1
-                continue
-        if (flags & RF_KEEP) and srow < 0:
-            srow = state_insert(fw.st, fw.ctl, sk0, sk1, sk2, sk3, sk4, sk5, sab, r, now)
-            if srow < 0:
-                _count(fw.cnt, r, length, now)
-                return V_DROP, r, DROP_STATE_FULL
-            state_update(fw.st, fw.ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS],
-                         length, now)
-        _count(fw.cnt, r, length, now)
+            ok, targ = _verify(rinfo, prog, t4_roots, t4_groups, t6_roots, t6_groups, t_idx,
+                               nt, if_tab, r, keys, i, direction)
         act = rinfo[r, RI_ACT]
-        if act == A_COUNT or act == A_CHECK:
-            pos = r + 1
-            continue
-        if act == A_SKIPTO:
-            t = rinfo[r, RI_ARG]
-            if t < 0:
-                t = _find_number(rinfo, max(targ, rinfo[r, RI_NUM] + 1))
-            pos = t
-            continue
-        return _verdict(rinfo, r, keys, i)
+        if ok:
+            if (flags & RF_KEEP) and srow < 0:
+                srow = state_insert(st, ctl, sk0, sk1, sk2, sk3, sk4, sk5, sab, r, now)
+                if srow < 0:
+                    _count(cnt, r, length, now)
+                    return V_DROP, r, np.int64(DROP_STATE_FULL)
+                state_update(st, ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS],
+                             length, now)
+            _count(cnt, r, length, now)
+            if act == A_SKIPTO:
+                t = rinfo[r, RI_ARG]
+                if t < 0:
+                    t = _find_number(rinfo, max(targ, rinfo[r, RI_NUM] + 1))
+                pos = t
+                for k in range(N_GROUPS):
+                    if scr[N_GROUPS + k] < pos:
+                        _advance(bm, ag, grp, glist, scr, k, rs, rd, rsp, rdp, rm,
+                                 gpos[k, pos], dflt)
+                continue
+            if act != A_COUNT and act != A_CHECK:
+                decided = r
+                break
+        pos = r + 1
+        _advance(bm, ag, grp, glist, scr, kg, rs, rd, rsp, rdp, rm, scr[kg] + 1, dflt)
+    verdict, x = _verdict(rinfo, decided, keys, i)
+    return verdict, decided, x
 
 
-@njit(cache=True)
-def fw_batch(fw, keys, n, direction, now, verdicts, rules, aux):
-    """Classify ``keys[:n]``; see the module doc for the outputs."""
-    if fw.ctl[FC_COUNT] > 0:
-        sweep_states(fw.st, fw.ctl, now, fw.ctl[FC_SWEEP])
+@njit(cache=True, _nrt=False)
+def _batch(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
+           prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
+           ctl, keys, n, direction, now, verdicts, rules, aux):
+    if ctl[FC_COUNT] > 0:
+        sweep_states(st, ctl, now, ctl[FC_SWEEP])
     for i in range(n):
-        v, r, a = fw_classify(fw, keys, i, direction, now)
+        v, r, a = _classify(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp,
+                            glist, gpos, rinfo, prog, probes, cnt, t4_roots, t4_groups,
+                            t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl, keys, i,
+                            direction, now)
         verdicts[i] = v
         rules[i] = r
         aux[i] = a
 
 
 @njit(cache=True)
-def fw_batch_flat(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, rinfo, prog,
-                  probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab,
-                  st, ctl, keys, n, direction, now, verdicts, rules, aux):
-    """``fw_batch`` with the FW arrays passed flat (the Python entry point)."""
-    fw = FW(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, rinfo, prog, probes,
-            cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl)
-    fw_batch(fw, keys, n, direction, now, verdicts, rules, aux)
+def fw_batch(fw, keys, n, direction, now, verdicts, rules, aux):
+    """Classify ``keys[:n]``; see the module doc for the outputs."""
+    _batch(fw.cl4_roots, fw.cl4_groups, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm, fw.ag,
+           fw.grp, fw.glist, fw.gpos, fw.rinfo, fw.prog, fw.probes, fw.cnt, fw.t4_roots,
+           fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx, fw.nt, fw.if_tab, fw.st, fw.ctl,
+           keys, n, direction, now, verdicts, rules, aux)
+
+
+@njit(cache=True, _nrt=False)
+def _one(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
+         prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
+         ctl, keys, i, direction, now):
+    return _classify(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist,
+                     gpos, rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups,
+                     t_idx, nt, if_tab, st, ctl, keys, i, direction, now)
+
+
+@njit(cache=True)
+def fw_classify(fw, keys, i, direction, now):
+    """Classify one packet ``keys[i]``: (verdict, rule index, aux). ``fw_batch`` is the
+    fast path (it unpacks the FW tuple once per vector, this once per packet)."""
+    return _one(fw.cl4_roots, fw.cl4_groups, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm,
+                fw.ag, fw.grp, fw.glist, fw.gpos, fw.rinfo, fw.prog, fw.probes, fw.cnt,
+                fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx, fw.nt,
+                fw.if_tab, fw.st, fw.ctl, keys, i, direction, now)
+
+
+@njit(cache=True, _nrt=False)
+def fw_batch_flat(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
+                  rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx,
+                  nt, if_tab, st, ctl, keys, n, direction, now, verdicts, rules, aux):
+    """``fw_batch`` with the FW arrays passed flat (the entry point from Python)."""
+    _batch(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
+           prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
+           ctl, keys, n, direction, now, verdicts, rules, aux)
 
 
 # =============================================================================================
@@ -530,71 +624,70 @@ def fw_batch_flat(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, ri
 
 
 @njit(cache=True)
-def _set_bits(bm, rules, lo, hi):
-    for k in range(rules.shape[0]):
-        r = rules[k]
-        w = r >> 6
-        bit = _U1 << np.uint64(r & 63)
+def _set_bits(bm, bits, lo, hi):
+    """Set bit ``bits[k]`` in rows lo[k]..hi[k]."""
+    for k in range(bits.shape[0]):
+        p = bits[k]
+        w = p >> 6
+        bit = _U1 << np.uint64(p & 63)
         for row in range(lo[k], hi[k] + 1):
             bm[row, w] |= bit
 
 
 @njit(cache=True)
-def _aggregate(bm, ag, nrows):
-    wa = ag.shape[1]
+def _aggregate(bm, ag, nrows, grp):
     for row in range(nrows):
-        for a in range(wa):
-            g = np.uint64(0)
-            for j in range(64):
-                w = (a << 6) + j
-                if w >= bm.shape[1]:
-                    break
-                if bm[row, w] != 0:
-                    g |= _U1 << np.uint64(j)
-            ag[row, a] = g
+        for k in range(grp.shape[0]):
+            woff = grp[k, G_WOFF]
+            nw = grp[k, G_NW]
+            aoff = grp[k, G_AOFF]
+            for a in range(grp[k, G_NA]):
+                g = np.uint64(0)
+                for j in range(64):
+                    w = (a << 6) + j
+                    if w >= nw:
+                        break
+                    if bm[row, woff + w] != 0:
+                        g |= _U1 << np.uint64(j)
+                ag[row, aoff + a] = g
 
 
 @njit(cache=True)
-def _shift_insert(bm, nrows, p):
-    """Make room at bit position p: bits >= p move up by one (the new bit p is 0)."""
-    nw = bm.shape[1]
+def _shift_insert(bm, nrows, woff, nw, p):
+    """Within words [woff, woff + nw): make room at bit p (bits >= p move up by one)."""
     w0 = p >> 6
-    b0 = np.uint64(p & 63)
-    low = (_U1 << b0) - _U1
+    low = (_U1 << np.uint64(p & 63)) - _U1
     for row in range(nrows):
         carry = np.uint64(0)
         for w in range(w0, nw):
-            x = bm[row, w]
+            x = bm[row, woff + w]
             out = x >> np.uint64(63)
             if w == w0:
-                bm[row, w] = (x & low) | ((x & ~low) << _U1)
+                bm[row, woff + w] = (x & low) | ((x & ~low) << _U1)
             else:
-                bm[row, w] = (x << _U1) | carry
+                bm[row, woff + w] = (x << _U1) | carry
             carry = out
 
 
 @njit(cache=True)
-def _shift_delete(bm, nrows, p):
-    """Remove bit position p: bits > p move down by one."""
-    nw = bm.shape[1]
+def _shift_delete(bm, nrows, woff, nw, p):
+    """Within words [woff, woff + nw): remove bit p (bits > p move down by one)."""
     w0 = p >> 6
-    b0 = np.uint64(p & 63)
-    low = (_U1 << b0) - _U1
+    low = (_U1 << np.uint64(p & 63)) - _U1
     for row in range(nrows):
         for w in range(w0, nw):
-            x = bm[row, w]
-            nxt = bm[row, w + 1] & _U1 if w + 1 < nw else np.uint64(0)
+            x = bm[row, woff + w]
+            nxt = bm[row, woff + w + 1] & _U1 if w + 1 < nw else np.uint64(0)
             if w == w0:
-                hi = (x >> _U1) & ~low
-                bm[row, w] = (x & low) | hi | (nxt << np.uint64(63))
+                bm[row, woff + w] = (x & low) | ((x >> _U1) & ~low) | (nxt << np.uint64(63))
             else:
-                bm[row, w] = (x >> _U1) | (nxt << np.uint64(63))
+                bm[row, woff + w] = (x >> _U1) | (nxt << np.uint64(63))
 
 
 @njit(cache=True)
-def _set_bit_rows(bm, rows, r):
-    w = r >> 6
-    bit = _U1 << np.uint64(r & 63)
+def _set_bit_rows(bm, rows, p):
+    w = p >> 6
+    bit = _U1 << np.uint64(p & 63)
     for k in range(rows.shape[0]):
         bm[rows[k], w] |= bit
 
@@ -791,6 +884,9 @@ class CompiledFirewall:
     cmap: np.ndarray
     bm: np.ndarray
     ag: np.ndarray
+    grp: np.ndarray
+    glist: np.ndarray
+    gpos: np.ndarray
     rinfo: np.ndarray
     prog: np.ndarray
     probes: np.ndarray
@@ -798,19 +894,22 @@ class CompiledFirewall:
     nrows: int
     addr: dict[tuple[int, int], _AddrClasses]
     lowered: list[_Lowered]
+    rgroup: np.ndarray  # group of each user rule
+    widths: list[int]  # bm words per group
     updates: int = 0  # incremental updates since the last full compile
     stats: dict = field(default_factory=dict)
 
     def arrays(self) -> tuple:
         """The classifier part of ``FW`` (cl4_roots ... cnt)."""
         return (self.cl4.roots, self.cl4.groups, self.cl6.roots, self.cl6.groups, self.cmap,
-                self.bm, self.ag, self.rinfo, self.prog, self.probes, self.cnt)
+                self.bm, self.ag, self.grp, self.glist, self.gpos, self.rinfo, self.prog,
+                self.probes, self.cnt)
 
     @property
     def nbytes(self) -> int:
         return int(self.bm[: self.nrows].nbytes + self.ag[: self.nrows].nbytes
                    + self.cmap.nbytes + self.rinfo.nbytes + self.prog.nbytes
-                   + self.cl4.nbytes + self.cl6.nbytes)
+                   + self.gpos.nbytes + self.glist.nbytes + self.cl4.nbytes + self.cl6.nbytes)
 
     def field_rows(self, fld: int) -> np.ndarray:
         """Rows used by one field (sorted)."""
@@ -823,9 +922,43 @@ class CompiledFirewall:
             return np.unique(self.cmap[DPORT_OFF:DPORT_OFF + PORT_DOMAIN]).astype(np.int64)
         return np.unique(self.cmap[META_OFF:META_OFF + META_DOMAIN]).astype(np.int64)
 
+    def group_sizes(self) -> list[int]:
+        return [int(x) for x in self.grp[:, G_N]]
+
 
 def _words_for(n: int) -> int:
-    return max(1, (n + 64 + 63) // 64)  # at least 64 spare bits for appends
+    return max(1, (n + 64 + 63) // 64)  # at least 64 spare bits for inserts
+
+
+def _layout(rgroup: np.ndarray, widths: Sequence[int] | None = None):
+    """Group tables for the rule -> group assignment: (grp, glist, gpos, local, widths)."""
+    n = rgroup.shape[0]
+    counts = [int((rgroup == k).sum()) for k in range(N_GROUPS)]
+    if widths is None:
+        widths = [_words_for(c) for c in counts]
+    widths = [max(w, 1 if c == 0 else (c + 63) // 64) for w, c in zip(widths, counts,
+                                                                       strict=True)]
+    grp = np.zeros((N_GROUPS, G_COLS), np.int64)
+    glist = np.zeros(max(1, n), np.int32)
+    gpos = np.zeros((N_GROUPS, n + 2), np.int32)
+    local = np.zeros(n, np.int64)
+    woff = aoff = roff = 0
+    for k in range(N_GROUPS):
+        idx = np.nonzero(rgroup == k)[0]
+        na = (widths[k] + 63) // 64
+        grp[k] = (woff, widths[k], aoff, na, roff, idx.shape[0])
+        glist[roff:roff + idx.shape[0]] = idx
+        local[idx] = np.arange(idx.shape[0])
+        gpos[k, 1:n + 1] = np.cumsum(rgroup == k)
+        gpos[k, n + 1] = gpos[k, n]
+        woff += widths[k]
+        aoff += na
+        roff += idx.shape[0]
+    return grp, glist, gpos, local, list(widths)
+
+
+def _group_of(src_cover: float, dst_cover: float) -> int:
+    return 2 * int(src_cover > DENSE) + int(dst_cover > DENSE)
 
 
 def _port_mask(ranges) -> np.ndarray:
@@ -901,23 +1034,22 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
     all_rules = user + [default_rule(default_allow)]
     lowered_all = lowered + [lower_rule(all_rules[-1], ctx)]
     n = len(user)
-    nw = _words_for(n)
 
-    rows_r: list[np.ndarray] = []
-    rows_lo: list[np.ndarray] = []
-    rows_hi: list[np.ndarray] = []
+    iv_r: list[np.ndarray] = []  # rule, first row, last row
+    iv_lo: list[np.ndarray] = []
+    iv_hi: list[np.ndarray] = []
 
     def add_iv(r_ids, lo, hi) -> None:
-        rows_r.append(np.asarray(r_ids, np.int64))
-        rows_lo.append(np.asarray(lo, np.int64))
-        rows_hi.append(np.asarray(hi, np.int64))
+        iv_r.append(np.asarray(r_ids, np.int64))
+        iv_lo.append(np.asarray(lo, np.int64))
+        iv_hi.append(np.asarray(hi, np.int64))
 
     # -- address fields: classes = distinct prefixes (+ /0), rows in pre-order
     addr: dict[tuple[int, int], _AddrClasses] = {}
+    cover = np.zeros((2, n))  # share of the field's rows each rule accepts
     base = 0
     for fld, attr in ((F_SRC, "src"), (F_DST, "dst")):
         fbase = base
-        spans = {}
         for fam in (4, 6):
             ac = _AddrClasses(fam)
             keys = {(0, 0)}
@@ -929,7 +1061,6 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
             ac.rows = list(range(base, base + len(ac.keys)))
             ac.index = dict(zip(ac.keys, ac.rows, strict=True))
             addr[(fld, fam)] = ac
-            spans[fam] = (base, base + len(ac.keys))
             base += len(ac.keys)
         fend = base
         all_r = []
@@ -958,8 +1089,10 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
                 ivs = comp
             if ivs:
                 add_iv([ri] * len(ivs), [a for a, _ in ivs], [b for _, b in ivs])
+                cover[fld, ri] = sum(b - a + 1 for a, b in ivs) / (fend - fbase)
         if all_r:
             add_iv(all_r, [fbase] * len(all_r), [fend - 1] * len(all_r))
+            cover[fld, all_r] = 1.0
 
     # -- port fields: elementary intervals between range endpoints (+ "no port")
     port_rows = {}
@@ -988,8 +1121,7 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
                     los.append(int(np.searchsorted(b, lo)))
                     his.append(int(np.searchsorted(b, hi + 1)) - 1)
         add_iv(rids, np.array(los, np.int64) + base, np.array(his, np.int64) + base)
-        vals = np.searchsorted(b, np.arange(PORT_DOMAIN), side="right") - 1 + base
-        port_rows[fld] = vals
+        port_rows[fld] = np.searchsorted(b, np.arange(PORT_DOMAIN), side="right") - 1 + base
         base += nint
 
     # -- meta
@@ -1004,9 +1136,17 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
     base += META_DOMAIN
     nrows = base
 
-    bm = np.zeros((nrows, nw), np.uint64)
-    if rows_r:
-        _set_bits(bm, np.concatenate(rows_r), np.concatenate(rows_lo), np.concatenate(rows_hi))
+    # -- groups and bit positions
+    rgroup = np.array([_group_of(cover[0, k], cover[1, k]) for k in range(n)], np.int64)
+    grp, glist, gpos, local, widths = _layout(rgroup)
+    bitpos = grp[rgroup, G_WOFF] * 64 + local if n else np.zeros(0, np.int64)
+    total_w = int(grp[-1, G_WOFF] + grp[-1, G_NW])
+    total_a = int(grp[-1, G_AOFF] + grp[-1, G_NA])
+    bm = np.zeros((nrows, total_w), np.uint64)
+    if iv_r:
+        r_all = np.concatenate(iv_r)
+        _set_bits(bm, bitpos[r_all] if n else r_all, np.concatenate(iv_lo),
+                  np.concatenate(iv_hi))
 
     # -- deduplicate the port and meta rows (address rows stay one per prefix)
     cmap = np.zeros(CMAP_SIZE, np.int32)
@@ -1026,8 +1166,8 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
     nxt += uniq.shape[0]
     bm = np.ascontiguousarray(np.concatenate(keep))
     nrows = nxt
-    ag = np.zeros((nrows, (nw + 63) // 64), np.uint64)
-    _aggregate(bm, ag, nrows)
+    ag = np.zeros((nrows, total_a), np.uint64)
+    _aggregate(bm, ag, nrows, grp)
 
     # -- address class tries
     cl4, cl6 = Lpm(4), Lpm(6)
@@ -1048,9 +1188,10 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
     cnt = np.zeros((len(all_rules), 3), np.int64)
     if previous is not None:
         _carry_counters(previous, uids_arr, cnt)
-    return CompiledFirewall(all_rules, uids_arr, cl4, cl6, cmap, bm, ag, rinfo, prog,
-                            _probes(rinfo), cnt, nrows, addr, lowered_all,
-                            stats={"rows": nrows, "words": nw})
+    cf = CompiledFirewall(all_rules, uids_arr, cl4, cl6, cmap, bm, ag, grp, glist, gpos, rinfo,
+                          prog, _probes(rinfo), cnt, nrows, addr, lowered_all, rgroup, widths)
+    cf.stats = {"rows": nrows, "words": total_w, "groups": cf.group_sizes()}
+    return cf
 
 
 def _carry_counters(previous: CompiledFirewall, uids: np.ndarray, cnt: np.ndarray) -> None:
@@ -1073,16 +1214,20 @@ def index_mapping(old: CompiledFirewall, new: CompiledFirewall) -> np.ndarray:
 # -- incremental updates ----------------------------------------------------------------------
 
 
-def _ensure_capacity(cf: CompiledFirewall, extra_rows: int, n_rules: int) -> None:
-    nw = cf.bm.shape[1]
-    need_w = nw if n_rules + 1 <= nw * 64 else _words_for(n_rules)
-    need_r = cf.nrows + extra_rows
-    if need_w != nw or need_r > cf.bm.shape[0]:
-        rows = max(need_r, cf.bm.shape[0] + cf.bm.shape[0] // 4 + 16)
-        bm = np.zeros((rows, need_w), np.uint64)
-        bm[: cf.nrows, :nw] = cf.bm[: cf.nrows]
-        cf.bm = bm
-        cf.ag = np.zeros((rows, (need_w + 63) // 64), np.uint64)
+def _relayout(cf: CompiledFirewall, widths: list[int], extra_rows: int) -> None:
+    """New bm/ag with these group widths and room for extra rows; blocks copied over."""
+    old_grp = cf.grp
+    grp, glist, gpos, _, widths = _layout(cf.rgroup, widths)
+    rows = max(cf.nrows + extra_rows, cf.bm.shape[0])
+    if rows > cf.bm.shape[0]:
+        rows = max(rows, cf.bm.shape[0] + cf.bm.shape[0] // 4 + 16)
+    bm = np.zeros((rows, int(grp[-1, G_WOFF] + grp[-1, G_NW])), np.uint64)
+    for k in range(N_GROUPS):
+        o, w = int(old_grp[k, G_WOFF]), int(old_grp[k, G_NW])
+        bm[: cf.nrows, grp[k, G_WOFF]:grp[k, G_WOFF] + w] = cf.bm[: cf.nrows, o:o + w]
+    cf.bm = bm
+    cf.ag = np.zeros((rows, int(grp[-1, G_AOFF] + grp[-1, G_NA])), np.uint64)
+    cf.grp, cf.glist, cf.gpos, cf.widths = grp, glist, gpos, widths
 
 
 def _new_row(cf: CompiledFirewall, like: int) -> int:
@@ -1141,17 +1286,19 @@ def _clone(cf: CompiledFirewall) -> CompiledFirewall:
     new.bm = cf.bm.copy()
     new.ag = cf.ag.copy()
     new.addr = copy.deepcopy(cf.addr)
+    new.widths = list(cf.widths)
     new.stats = dict(cf.stats)
     return new
 
 
 def _refresh(cf: CompiledFirewall) -> None:
+    cf.grp, cf.glist, cf.gpos, _, cf.widths = _layout(cf.rgroup, cf.widths)
     cf.rinfo, cf.prog = _rinfo_rows(cf.rules, cf.lowered)
     cf.probes = _probes(cf.rinfo)
-    _aggregate(cf.bm, cf.ag, cf.nrows)
+    _aggregate(cf.bm, cf.ag, cf.nrows, cf.grp)
     cf.updates += 1
-    cf.stats["rows"] = cf.nrows
-    cf.stats["words"] = cf.bm.shape[1]
+    cf.stats = {"rows": cf.nrows, "words": int(cf.grp[-1, G_WOFF] + cf.grp[-1, G_NW]),
+                "groups": cf.group_sizes()}
 
 
 def insert_rule(cf: CompiledFirewall, rule: Rule, uid: int, tables: FwTables | None = None,
@@ -1164,7 +1311,6 @@ def insert_rule(cf: CompiledFirewall, rule: Rule, uid: int, tables: FwTables | N
     lw = lower_rule(rule, _Ctx(tables, interfaces, me4, me6))
     nums = [r.number for r in cf.rules[:-1]]
     p = bisect.bisect_right(nums, rule.number)
-    n_user = len(nums)
     new = _clone(cf)
     extra = 8 + 2 * len(lw.meta)
     for cond in (lw.src, lw.dst):
@@ -1172,17 +1318,31 @@ def insert_rule(cf: CompiledFirewall, rule: Rule, uid: int, tables: FwTables | N
             extra += len(cond[2]) + len(cond[3])
     for ranges in (lw.sport, lw.dport):
         extra += 2 * (len(ranges) + 1) if ranges else 2
-    _ensure_capacity(new, extra, n_user + 1)
-    if p < n_user:
-        _shift_insert(new.bm, new.nrows, p)
+    if new.nrows + extra > new.bm.shape[0]:
+        _relayout(new, new.widths, extra)
+    # classes first (new rows copy existing ones), then the rule's group and bit
+    rows = []
     if lw.src[0] != "none":
         for fld, cond in ((F_SRC, lw.src), (F_DST, lw.dst)):
-            _set_bit_rows(new.bm, _addr_rows(new, fld, cond), p)
+            rows.append(_addr_rows(new, fld, cond))
         for off, ranges in ((SPORT_OFF, lw.sport), (DPORT_OFF, lw.dport)):
-            rows = _split_map(new, off, PORT_DOMAIN, _port_mask(ranges))
-            _set_bit_rows(new.bm, rows, p)
-        rows = _split_map(new, META_OFF, META_DOMAIN, _meta_mask(lw.meta))
-        _set_bit_rows(new.bm, rows, p)
+            rows.append(_split_map(new, off, PORT_DOMAIN, _port_mask(ranges)))
+        rows.append(_split_map(new, META_OFF, META_DOMAIN, _meta_mask(lw.meta)))
+        k = _group_of(rows[0].shape[0] / max(1, new.field_rows(F_SRC).shape[0]),
+                      rows[1].shape[0] / max(1, new.field_rows(F_DST).shape[0]))
+    else:
+        k = N_GROUPS - 1
+    lpos = int((cf.rgroup[:p] == k).sum())
+    n_k = int((cf.rgroup == k).sum())
+    if n_k + 1 > new.widths[k] * 64:
+        widths = list(new.widths)
+        widths[k] = _words_for(n_k + 1)
+        _relayout(new, widths, 0)
+    woff = int(new.grp[k, G_WOFF])
+    _shift_insert(new.bm, new.nrows, woff, new.widths[k], lpos)
+    for rr in rows:
+        _set_bit_rows(new.bm, rr, woff * 64 + lpos)
+    new.rgroup = np.insert(cf.rgroup, p, k)
     new.rules.insert(p, rule)
     new.lowered.insert(p, lw)
     new.uids = np.insert(cf.uids, p, uid)
@@ -1196,7 +1356,10 @@ def delete_rule_at(cf: CompiledFirewall, p: int) -> CompiledFirewall:
     if not 0 <= p < len(cf.rules) - 1:
         raise IndexError(p)
     new = _clone(cf)
-    _shift_delete(new.bm, new.nrows, p)
+    k = int(cf.rgroup[p])
+    lpos = int((cf.rgroup[:p] == k).sum())
+    _shift_delete(new.bm, new.nrows, int(cf.grp[k, G_WOFF]), int(cf.grp[k, G_NW]), lpos)
+    new.rgroup = np.delete(cf.rgroup, p)
     del new.rules[p]
     del new.lowered[p]
     new.uids = np.delete(cf.uids, p)
@@ -1218,10 +1381,6 @@ def classify_keys(args: tuple, keys: np.ndarray, direction: int = DIR_IN, now: i
     fw_batch_flat(*args, np.ascontiguousarray(keys, np.int64), n, direction, np.int64(now),
                   v, r, a)
     return v, r, a
-
-
-def parse_address(text: str) -> IPv4Address | IPv6Address:
-    return ip_address(text)
 
 
 __all__ = [

@@ -292,6 +292,8 @@ class Rule:
         return " ".join(words)
 
     def __str__(self) -> str:
+        if not self.number:
+            return self.body_text()
         return f"{self.number:05d} {self.body_text()}"
 
 

@@ -706,6 +706,22 @@ class FwTables:
         self.generation += 1
         return len(items)
 
+    def add_parsed(self, name: str, payload) -> int:
+        """Add entries parsed already (``parse_*_entries`` output, as the config holds)."""
+        if isinstance(payload, AddrEntries):
+            self._add_addr(name, payload)
+            return len(payload)
+        if isinstance(payload, tuple):
+            self._add_number(name, *payload)
+            return int(payload[0].shape[0])
+        b = self._backing(name)
+        for ifname, v in payload:
+            self._iface[b][ifname] = v
+            if ifname in self.interfaces:
+                self.if_tab[b, self.interfaces.index(ifname)] = v
+        self.generation += 1
+        return len(payload)
+
     def add_file(self, name: str, path: str | Path) -> int:
         p = Path(path)
         try:

@@ -111,6 +111,7 @@ class Graph:
         self.work = np.zeros(cap, dtype=np.int32)
         self.txl = np.zeros(cap, dtype=np.int32)
         self.txn = np.zeros(1, dtype=np.int32)
+        self._args = state.args()
 
     def swap_state(self, state: DataPlaneState) -> None:
         """Install a new forwarding state between batches (counters carry over)."""
@@ -124,10 +125,11 @@ class Graph:
         if state.if_stats.shape == old.if_stats.shape:
             state.if_stats = old.if_stats
         self.state = state
+        self._args = state.args()
 
     def run(self, batch: PacketBatch, now_ns: int) -> np.ndarray:
         """Process the batch; returns the indices of packets to transmit, in order."""
         run_graph(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc,
                   self.frames, self.frame_n, self.work, self.txl, self.txn,
-                  *self.state.args())
+                  *self._args)
         return self.txl[: self.txn[0]]

@@ -74,8 +74,11 @@ def ip4_local(work, k, buf, meta, frames, frame_n, dp) -> None:
         wr16(buf, l3 + 8, new)
         wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
         buf[l4] = ICMP4_ECHO_REPLY
-        wr16(buf, l4 + 2, incremental_update(rd16(buf, l4 + 2), np.uint32(ICMP4_ECHO_REQUEST << 8),
-                                             np.uint32(ICMP4_ECHO_REPLY << 8)))
+        # a full sum, not RFC 1624: a reply can be all zeros (id 0, seq 0, no data), whose
+        # checksum is 0xFFFF, but the incremental update yields 0x0000 there (no pseudo
+        # header keeps the ICMPv4 sum away from zero, unlike ICMPv6)
+        wr16(buf, l4 + 2, 0)
+        wr16(buf, l4 + 2, checksum(buf, l4, end - l4, np.uint64(0)))
         meta[M_FLAGS, i] = F_LOCAL_ORIGIN
         dp.counters[C.C_ECHO_REPLY_SENT] += 1
         enqueue(frames, frame_n, meta, IP4_LOOKUP, i)

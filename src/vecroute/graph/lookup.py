@@ -9,6 +9,7 @@ import numpy as np
 from numba import njit
 
 from vecroute.fib.lpm import lpm4_lookup, lpm6_lookup
+from vecroute.fib.lpm_kernels import lpm4_lookup_vec, lpm6_lookup_vec
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import flow_hash4, flow_hash6
 from vecroute.graph.frames import drop, enqueue, icmp_error
@@ -99,41 +100,64 @@ def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
         enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)
 
 
+@njit(cache=True, inline="always")
+def _finish(work, idx, vals, m, buf, meta, frames, frame_n, dp, ip6) -> None:
+    """After the vector lookup: ICMP for misses, ECMP bucket, on by adjacency type."""
+    for q in range(m):
+        i = work[idx[q]]
+        v = vals[q]
+        if v == -2:
+            drop(frames, frame_n, meta, i, C.C_FIB_TABLE_MISSING)
+            continue
+        if v < 0:
+            if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
+                drop(frames, frame_n, meta, i, C.C_NO_ROUTE)
+            elif ip6:
+                icmp_error(frames, frame_n, meta, i, True, C.C_NO_ROUTE,
+                           ICMP6_DEST_UNREACH, ICMP6_NO_ROUTE, 0)
+            else:
+                icmp_error(frames, frame_n, meta, i, False, C.C_NO_ROUTE,
+                           ICMP4_DEST_UNREACH, ICMP4_NET_UNREACH, 0)
+            continue
+        if dp.lb[v, LB_N] > 1:
+            h = flow_hash6(buf, meta, i) if ip6 else flow_hash4(buf, meta, i)
+            meta[M_HASH, i] = np.int32(h)
+        else:
+            h = np.uint32(0)
+        to_adjacency(frames, frame_n, meta, dp, i, pick_adjacency(dp, v, h), ip6)
+
+
 @njit(cache=True)
 def ip4_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
-    lookups = 0
+    """Gather the destinations, look the whole vector up (misses overlapped), finish."""
+    idx = np.empty(k, np.int64)
+    tables = np.empty(k, np.int64)
+    addrs = np.empty(k, np.uint32)
+    vals = np.empty(k, np.int32)
+    m = 0
     for j in range(k):
         i = work[j]
         if meta[M_FLAGS, i] & F_FORCED_ADJ:  # End.DX4: the SID chose the adjacency
             meta[M_FLAGS, i] &= ~F_FORCED_ADJ
             to_adjacency(frames, frame_n, meta, dp, i, meta[M_ADJ, i], False)
             continue
-        l3 = meta[M_L3, i]
-        fib = meta[M_FIB, i]
-        if fib < 0 or fib >= dp.fib4_roots.shape[0]:
-            drop(frames, frame_n, meta, i, C.C_FIB_TABLE_MISSING)
-            continue
-        lookups += 1
-        v = lpm4_lookup(dp.fib4_roots, dp.fib4_groups, fib, rd32(buf, l3 + 16))
-        if v < 0:
-            if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
-                drop(frames, frame_n, meta, i, C.C_NO_ROUTE)
-            else:
-                icmp_error(frames, frame_n, meta, i, False, C.C_NO_ROUTE,
-                           ICMP4_DEST_UNREACH, ICMP4_NET_UNREACH, 0)
-            continue
-        if dp.lb[v, LB_N] > 1:
-            h = flow_hash4(buf, meta, i)
-            meta[M_HASH, i] = np.int32(h)
-        else:
-            h = np.uint32(0)
-        to_adjacency(frames, frame_n, meta, dp, i, pick_adjacency(dp, v, h), False)
-    dp.counters[C.C_FIB_LOOKUPS] += lookups
+        idx[m] = j
+        tables[m] = meta[M_FIB, i]
+        addrs[m] = rd32(buf, meta[M_L3, i] + 16)
+        m += 1
+    lpm4_lookup_vec(dp.fib4_roots, dp.fib4_groups, tables, addrs, m, vals)
+    _finish(work, idx, vals, m, buf, meta, frames, frame_n, dp, False)
+    dp.counters[C.C_FIB_LOOKUPS] += m
 
 
 @njit(cache=True)
 def ip6_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
-    lookups = 0
+    idx = np.empty(k, np.int64)
+    tables = np.empty(k, np.int64)
+    his = np.empty(k, np.uint64)
+    los = np.empty(k, np.uint64)
+    vals = np.empty(k, np.int32)
+    m = 0
     for j in range(k):
         i = work[j]
         if meta[M_FLAGS, i] & F_FORCED_ADJ:  # End.X / End.DX6: the SID chose the adjacency
@@ -141,24 +165,11 @@ def ip6_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
             to_adjacency(frames, frame_n, meta, dp, i, meta[M_ADJ, i], True)
             continue
         l3 = meta[M_L3, i]
-        fib = meta[M_FIB, i]
-        if fib < 0 or fib >= dp.fib6_roots.shape[0]:
-            drop(frames, frame_n, meta, i, C.C_FIB_TABLE_MISSING)
-            continue
-        lookups += 1
-        v = lpm6_lookup(dp.fib6_roots, dp.fib6_groups, fib, rd64(buf, l3 + 24),
-                        rd64(buf, l3 + 32))
-        if v < 0:
-            if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
-                drop(frames, frame_n, meta, i, C.C_NO_ROUTE)
-            else:
-                icmp_error(frames, frame_n, meta, i, True, C.C_NO_ROUTE,
-                           ICMP6_DEST_UNREACH, ICMP6_NO_ROUTE, 0)
-            continue
-        if dp.lb[v, LB_N] > 1:
-            h = flow_hash6(buf, meta, i)
-            meta[M_HASH, i] = np.int32(h)
-        else:
-            h = np.uint32(0)
-        to_adjacency(frames, frame_n, meta, dp, i, pick_adjacency(dp, v, h), True)
-    dp.counters[C.C_FIB_LOOKUPS] += lookups
+        idx[m] = j
+        tables[m] = meta[M_FIB, i]
+        his[m] = rd64(buf, l3 + 24)
+        los[m] = rd64(buf, l3 + 32)
+        m += 1
+    lpm6_lookup_vec(dp.fib6_roots, dp.fib6_groups, tables, his, los, m, vals)
+    _finish(work, idx, vals, m, buf, meta, frames, frame_n, dp, True)
+    dp.counters[C.C_FIB_LOOKUPS] += m

@@ -34,6 +34,7 @@ from vecroute.packet.headers import (
     rd16,
     wr16,
 )
+from vecroute.packet.intrinsics import memcpy
 
 
 @njit(cache=True, inline="always")
@@ -42,8 +43,7 @@ def apply_rewrite(buf, meta, dp, i, a) -> None:
     l3 = meta[M_L3, i]
     n = dp.adj[a, A_RWLEN]
     o = l3 - n
-    for b in range(n):
-        buf[o + b] = dp.adj_rw[a, b]
+    memcpy(buf, o, dp.adj_rw[a], 0, n)
     meta[M_LEN, i] = meta[M_LEN, i] - (o - meta[M_OFF, i])
     meta[M_OFF, i] = o
     meta[M_TX, i] = dp.adj[a, A_IF]

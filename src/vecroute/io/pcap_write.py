@@ -15,44 +15,14 @@ import struct
 from types import TracebackType
 
 import numpy as np
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
+
+from vecroute.packet.intrinsics import memcpy
 
 __all__ = ["PcapWriter", "PCAP_NANO_MAGIC"]
 
 PCAP_NANO_MAGIC = 0xA1B23C4D
 _RECORD_HDR = 16
-
-
-@intrinsic
-def _memcpy(typingctx, dst, dst_off, src, src_off, n):  # type: ignore[no-untyped-def]
-    """``dst[dst_off : dst_off + n] = src[src_off : src_off + n]`` as one LLVM memcpy.
-
-    numba's slice assignment costs ~25 ns for a 64-byte packet (view objects,
-    overlap checks) and a byte loop does not vectorise; memcpy takes ~3 ns.
-    The caller must have bounds-checked both ranges; the arrays must not overlap.
-    """
-    if not (
-        isinstance(dst, types.Array)
-        and isinstance(src, types.Array)
-        and dst.dtype == types.uint8
-        and src.dtype == types.uint8
-        and dst.layout == "C"
-        and src.layout == "C"
-    ):
-        return None
-    sig = types.void(dst, types.int64, src, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        d = context.make_array(signature.args[0])(context, builder, args[0])
-        s = context.make_array(signature.args[2])(context, builder, args[2])
-        dp = builder.gep(d.data, [args[1]])
-        sp = builder.gep(s.data, [args[3]])
-        cgutils.raw_memcpy(builder, dp, sp, args[4], 1)
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @njit(cache=True, inline="always")
@@ -108,7 +78,7 @@ def _emit(
         _wr32(out, q + 8, c)
         _wr32(out, q + 12, ln)
         q += _RECORD_HDR
-        _memcpy(out, q, buf, o, c)
+        memcpy(out, q, buf, o, c)
         q += c
     return 0, q
 
