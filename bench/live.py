@@ -3,7 +3,8 @@
     python -m bench.live [--repeat N] [--seconds S] [--variants kernel,vecroute,naive]
                          [--ping-count N] [--light-pps PPS] [--json]
 
-Needs root, iproute2, nftables, trafgen (Debian netsniff-ng), ping, tcpdump, taskset.
+Needs root, iproute2 (ip, tc; a kernel with cls_bpf), trafgen (Debian netsniff-ng), ping,
+tcpdump, taskset.
 
 Topology (vecroute.lab.build, fresh for every run, removed afterwards by Lab):
 
@@ -19,9 +20,10 @@ so there are 256 flows; trafgen recomputes the UDP checksum per packet), destina
   router addresses on p0/p1; no vecroute.  On veth the whole receive path (and so the
   kernel's forwarding and the veth hand-over to h2) runs in softirq on the CPU that
   sent the frame, i.e. CPU 0, shared with trafgen; nothing is pinned to CPU 1.
-* ``kernel-rps`` (optional): the same, with RPS on p0 steering the router namespace's
-  receive processing (and so the forwarding) to CPU 1: one core for the generator, one
-  for the router, like the userspace variants.
+* ``kernel-napi`` (optional): the same, but p0 receives through threaded NAPI (GRO on,
+  which gives a veth a NAPI ring; ``/sys/class/net/p0/threaded`` = 1) and that NAPI
+  kthread, where the forwarding then runs, is pinned to CPU 1 at the router priority:
+  one core for the generator, one for the router, like the userspace variants.
 * ``vecroute``: ``vecroute run`` with ``workers = 1`` (vecroute.lab config), every
   thread pinned to CPU 1 (``taskset -a -p -c 1``).
 * ``naive``: bench/naive_forwarder.py in the router namespace under ``taskset -c 1``
@@ -29,11 +31,16 @@ so there are 256 flows; trafgen recomputes the UDP checksum per packet), destina
   entries for the router addresses (it answers no ARP).
 
 Every run: trafgen sends at full rate; after ``--warmup`` seconds the counters are read,
-again ``--seconds`` later.  Delivered = frames counted at h2's ingress by an nftables
-netdev rule that matches exactly the generator's flow after one router hop (src/dst address,
-UDP dport 9, TTL 63) and drops them (so h2's IP stack does not spend CPU on them or answer
-ICMP port unreachable); a second rule counts UDP/9 frames that arrive changed
-(``mangled``, should stay 0).  Sent = h1's veth tx_packets; loss = sent - delivered.
+again ``--seconds`` later (each rate over the times of its own two reads).  Delivered =
+frames dropped by the sink on h2: a classic-BPF cls_bpf filter (direct action) on the
+clsact ingress hook of h2's veth that matches exactly the generator's flow after one
+router hop (src/dst address, UDP dport 9, IPv4 without options, TTL 63) and counted by
+the clsact qdisc; h2's IP stack never sees them, so the receiver costs as little as it
+can (on veth the receive runs in the sender's context: the router's, or for the kernel
+variant CPU 0).  Any other frame goes on to h2's stack, where a mangled one shows up as
+an IP header / address error, a closed UDP port or a UDP checksum error in h2's
+/proc/net/snmp (``mangled``, should stay 0).  Sent = h1's veth tx_packets; loss = sent -
+delivered.
 Then tcpdump on h2 samples ``--sample`` forwarded frames, and scapy checks each one:
 Ethernet addresses (router p1 -> h2), TTL 63, IPv4 header checksum, UDP checksum,
 length, addresses, ports and payload unchanged.
@@ -57,6 +64,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -74,7 +82,7 @@ DPORT = 9
 PAYLOAD = b"vecroute-live-bench!\x00\x01"  # 22 bytes: the frame is 64 bytes
 FRAME_LEN = 14 + 20 + 8 + len(PAYLOAD)
 PRIORITY = [-20]  # nice of the generator's and the router's autogroups; main() may change it
-ALL_VARIANTS = ("kernel", "kernel-rps", "vecroute", "naive")
+ALL_VARIANTS = ("kernel", "kernel-napi", "vecroute", "naive")
 DEFAULT_VARIANTS = ("kernel", "vecroute", "naive")
 
 
@@ -103,12 +111,38 @@ def trafgen_config(dst_mac: str, src_mac: str, src_ip: str, dst_ip: str) -> str:
     )
 
 
-def start_trafgen(lab: Any, ns: str, ifname: str, conf: Path, pps: int | None = None):
+def start_trafgen(lab: Any, ns: str, ifname: str, conf: Path, gap_ns: int | None = None):
+    """trafgen on the generator CPU: full rate, or one frame every ``gap_ns`` (plus
+    trafgen's own sleep overhead; ``-b RATE`` would send each second's frames in one
+    burst at full rate, which is no light load for an RTT test)."""
     argv = ["taskset", "-c", str(GEN_CPU), "trafgen", "-o", ifname, "-i", str(conf),
             "-P", "1", "-C", "-Q", "--no-sock-mem"]  # fmt: skip
-    if pps:
-        argv += ["-b", f"{pps}pps"]
+    if gap_ns is not None:
+        argv += ["-t", f"{max(1, int(gap_ns))}ns"]
     return start_boosted(lab, ns, argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def start_light_load(
+    lab: Any, ns: str, ifname: str, conf: Path, pps: float, gens: list
+) -> subprocess.Popen:
+    """trafgen at about ``pps`` evenly spaced frames/s: the per-frame overhead on top of
+    the gap is measured in a first 0.4 s try and taken off the gap of the second."""
+    gap = 1e9 / pps
+    tries = 3
+    for attempt in range(tries):
+        g = start_trafgen(lab, ns, ifname, conf, gap_ns=int(gap))
+        gens.append(g)
+        time.sleep(0.2)
+        a = timed(lambda: link_stats(lab, ns, ifname)["tx"])
+        time.sleep(0.4)
+        b = timed(lambda: link_stats(lab, ns, ifname)["tx"])
+        rate = (b[1] - a[1]) / (b[0] - a[0])
+        if attempt == tries - 1 or rate <= 0 or abs(rate - pps) < 0.05 * pps:
+            return g
+        stop(g)
+        overhead = 1e9 / rate - gap  # ns per frame on top of the gap
+        gap = max(1.0, 1e9 / pps - overhead)
+    return g
 
 
 def start_boosted(lab: Any, ns: str, argv: list[str], **kw: Any) -> subprocess.Popen:
@@ -167,6 +201,24 @@ def stop(p: subprocess.Popen | None, timeout: float = 5) -> None:
         os.killpg(p.pid, signal.SIGKILL)  # a forked child that outlived its parent
 
 
+def kernel_napi_thread(lab: Any, ns: str, ifname: str) -> int:
+    """Move a veth's receive processing into its own NAPI kthread on the router CPU."""
+    lab.run(ns, ["ethtool", "-K", ifname, "gro", "on"])
+    lab.run(ns, ["sh", "-c", f"echo 1 > /sys/class/net/{ifname}/threaded"])
+    for _ in range(50):
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if (d / "comm").read_text().startswith(f"napi/{ifname}-"):
+                        pid = int(d.name)
+                        os.sched_setaffinity(pid, {ROUTER_CPU})
+                        if PRIORITY[0]:
+                            os.setpriority(os.PRIO_PROCESS, pid, PRIORITY[0])
+                        return pid
+        time.sleep(0.1)
+    raise RuntimeError(f"no NAPI thread for {ifname}")
+
+
 # -- counters -----------------------------------------------------------------------------
 
 
@@ -193,32 +245,104 @@ def timed(fn: Any, *a: Any) -> tuple[float, Any]:
     return (t0 + time.monotonic()) / 2, v
 
 
-def install_sink(
-    lab: Any, ns: str, ifname: str, src_ip: str, dst_ip: str, path: Path
-) -> None:
-    """nftables netdev ingress chain on h2's veth: the first rule counts and drops the
-    forwarded flow exactly (addresses, UDP dport, TTL 63), the second any other UDP/9
-    frame (a mangled one).  Taps (tcpdump) still see the frames: they run before it."""
-    rules = f"""table netdev vecroute_sink {{
-  chain ingress {{
-    type filter hook ingress device "{ifname}" priority 0; policy accept;
-    ip saddr {src_ip} ip daddr {dst_ip} udp dport {DPORT} ip ttl 63 counter drop comment "good"
-    udp dport {DPORT} counter drop comment "mangled"
-  }}
-}}
-"""
-    path.write_text(rules)
-    lab.run(ns, ["nft", "-f", str(path)])
+def _ip_int(addr: str) -> int:
+    return int.from_bytes(bytes(int(x) for x in addr.split(".")), "big")
+
+
+def sink_program(src_ip: str, dst_ip: str) -> str:
+    """Classic BPF for cls_bpf direct-action on h2's ingress (offsets from the Ethernet
+    header, which cls_bpf pushes back at ingress): the generator's flow after exactly
+    one router hop (IPv4 without options, TTL 63, src/dst address, UDP dport) returns
+    TC_ACT_SHOT (2), anything else TC_ACT_OK (0) and goes on to h2's stack."""
+    ld_h, ld_b, ld_w, jeq, ret = 0x28, 0x30, 0x20, 0x15, 0x06
+    checks = [
+        (ld_h, 12, 0x0800),
+        (ld_b, 14, 0x45),
+        (ld_b, 22, 63),
+        (ld_b, 23, 17),
+        (ld_w, 26, _ip_int(src_ip)),
+        (ld_w, 30, _ip_int(dst_ip)),
+        (ld_h, 36, DPORT),
+    ]
+    n = 2 * len(checks) + 2
+    ins = []
+    for load, off, value in checks:
+        ins.append((load, 0, 0, off))
+        ins.append((jeq, 0, n - 1 - (len(ins) + 1), value))  # false: to "ret OK"
+    ins += [(ret, 0, 0, 2), (ret, 0, 0, 0)]
+    return f"{len(ins)}," + ",".join(f"{c} {jt} {jf} {k}" for c, jt, jf, k in ins)
+
+
+def install_sink(lab: Any, ns: str, ifname: str, src_ip: str, dst_ip: str) -> None:
+    """The sink on h2's veth: a cls_bpf filter on the clsact ingress hook drops the
+    forwarded flow (sink_program); the clsact qdisc counts what it dropped.  AF_PACKET
+    taps (tcpdump) see the frames before the hook; h2's IP stack never does, so the
+    sink costs as little as a receiver can (a drop right after the veth hand-over)."""
+    lab.run(ns, ["tc", "qdisc", "add", "dev", ifname, "clsact"])
+    lab.run(ns, ["tc", "filter", "add", "dev", ifname, "ingress", "protocol", "ip", "pref", "1",
+                 "bpf", "da", "bytecode", sink_program(src_ip, dst_ip)])  # fmt: skip
 
 
 def sink_counts(lab: Any, ns: str, ifname: str) -> dict[str, int]:
-    out = lab.run(ns, ["nft", "list", "chain", "netdev", "vecroute_sink", "ingress"])
-    counts = {"good": 0, "mangled": 0}
-    for line in out.splitlines():
-        m = re.search(r'counter packets (\d+) bytes \d+ drop comment "(\w+)"', line)
-        if m and m.group(2) in counts:
-            counts[m.group(2)] = int(m.group(1))
-    return counts
+    """good: frames the sink filter dropped (the forwarded flow, intact headers): the
+    clsact qdisc's drop counter, read over rtnetlink from inside h2 (a ``tc -s`` process
+    would take milliseconds, which blur the time of the read)."""
+    import socket
+
+    from vecroute.io.netns import entered
+
+    rtm_getqdisc, rtm_newqdisc, nlmsg_done, nlmsg_error = 38, 36, 3, 2
+    tca_kind, tca_stats = 1, 3
+    with entered(ns):
+        ifindex = socket.if_nametoindex(ifname)
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    with sock:
+        body = struct.pack("BBHiIII", socket.AF_UNSPEC, 0, 0, ifindex, 0, 0, 0)
+        hdr = struct.pack("IHHII", 16 + len(body), rtm_getqdisc, 0x301, 1, 0)  # REQUEST|DUMP
+        sock.send(hdr + body)
+        while True:
+            data = sock.recv(1 << 16)
+            off = 0
+            while off + 16 <= len(data):
+                length, mtype, _, _, _ = struct.unpack_from("IHHII", data, off)
+                if mtype in (nlmsg_done, nlmsg_error) or length < 16:
+                    raise RuntimeError(f"no clsact qdisc on {ifname} in {ns}")
+                if mtype == rtm_newqdisc:
+                    q_ifindex = struct.unpack_from("i", data, off + 20)[0]
+                    kind, drops = "", None
+                    a = off + 16 + 20
+                    while a + 4 <= off + length:
+                        alen, atype = struct.unpack_from("HH", data, a)
+                        if alen < 4:
+                            break
+                        if atype == tca_kind:
+                            kind = data[a + 4 : a + alen].rstrip(b"\0").decode()
+                        elif atype == tca_stats:  # struct tc_stats: bytes u64, packets, drops
+                            drops = struct.unpack_from("QII", data, a + 4)[2]
+                        a += (alen + 3) & ~3
+                    if q_ifindex == ifindex and kind == "clsact" and drops is not None:
+                        return {"good": drops}
+                off += (length + 3) & ~3
+
+
+STACK_ERRORS = ("Ip.InHdrErrors", "Ip.InAddrErrors", "Udp.NoPorts", "Udp.InErrors",
+                "Udp.InCsumErrors")  # fmt: skip
+
+
+def stack_errors(ns: str) -> int:
+    """Frames that reached h2's IPv4/UDP stack and were refused there (bad header
+    checksum, wrong address, UDP port 9 closed, bad UDP checksum): a forwarded frame
+    that the sink filter did not take for intact ends up in one of these."""
+    from vecroute.io.netns import entered
+
+    with entered(ns), open("/proc/thread-self/net/snmp") as f:
+        lines = f.read().splitlines()
+    values = {}
+    for head, vals in zip(lines[::2], lines[1::2], strict=False):
+        proto = head.split(":")[0]
+        for k, v in zip(head.split()[1:], vals.split()[1:], strict=False):
+            values[f"{proto}.{k}"] = int(v)
+    return sum(values.get(k, 0) for k in STACK_ERRORS)
 
 
 def cpu_times() -> list[list[int]]:
@@ -267,9 +391,7 @@ def vecroute_if_counts(t: Any) -> dict[str, dict[str, int]]:
     return {r["name"]: {k: int(r[k]) for k in ("rx_packets", "tx_packets", "drops")} for r in rows}
 
 
-def check_sample(
-    pcap: Path, h2_mac: str, rt_mac: str, src_ip: str, dst_ip: str
-) -> dict[str, Any]:
+def check_sample(pcap: Path, h2_mac: str, rt_mac: str, src_ip: str, dst_ip: str) -> dict[str, Any]:
     """scapy parses every sampled frame and recomputes its checksums."""
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
@@ -349,8 +471,8 @@ def percentile(v: list[float], q: float) -> float | None:
 
 
 def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> dict[str, Any]:
-    from vecroute.lab import H1_V4, H2_V4, RT0_V4, RT1_V4, build
     from vecroute.io.netns import Lab
+    from vecroute.lab import H1_V4, H2_V4, RT0_V4, RT1_V4, build
 
     workdir = Path(tempfile.mkdtemp(prefix="vecroute-live-"))
     res: dict[str, Any] = {"variant": variant}
@@ -366,9 +488,8 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
                 lab.addr(t.rt, p0, f"{RT0_V4}/24")
                 lab.addr(t.rt, p1, f"{RT1_V4}/24")
                 lab.run(t.rt, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
-                if variant == "kernel-rps":
-                    mask = f"{1 << ROUTER_CPU:x}"
-                    lab.run(t.rt, ["sh", "-c", f"echo {mask} > /sys/class/net/{p0}/queues/rx-0/rps_cpus"])
+                if variant == "kernel-napi":
+                    kernel_napi_thread(lab, t.rt, p0)
             elif variant == "vecroute":
                 router = start_vecroute(lab, t)
             elif variant == "naive":
@@ -386,7 +507,7 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
                 )  # fmt: skip
             else:
                 raise ValueError(variant)
-            install_sink(lab, t.h2, t.h2_if, H1_V4, H2_V4, workdir / "sink.nft")
+            install_sink(lab, t.h2, t.h2_if, H1_V4, H2_V4)
             conf = workdir / "trafgen.cfg"
             conf.write_text(trafgen_config(p0_mac, h1_mac, H1_V4, H2_V4))
             # the router (kernel or vecroute) must know h2's MAC before the flood: one ping
@@ -400,16 +521,23 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
                 raise RuntimeError(f"trafgen exited: {gen.stderr.read().decode()[-500:]}")
             if router is not None and router.poll() is not None:
                 raise RuntimeError(f"{variant} router exited {router.returncode}")
-            links = {"h1": (t.h1, t.h1_if), "p0": (t.rt, p0), "p1": (t.rt, p1), "h2": (t.h2, t.h2_if)}
+            links = {
+                "h1": (t.h1, t.h1_if),
+                "p0": (t.rt, p0),
+                "p1": (t.rt, p1),
+                "h2": (t.h2, t.h2_if),
+            }
 
             def snapshot() -> dict[str, Any]:
                 snap: dict[str, Any] = {}
-                snap["sink"] = timed(sink_counts, lab, t.h2, t.h2_if)
-                if variant == "vecroute":
-                    snap["vr"] = timed(vecroute_if_counts, t)
+                # the fast reads (microseconds) together, the slow ctl one last
                 snap["links"] = timed(lambda: {k: link_stats(lab, *v) for k, v in links.items()})
+                snap["sink"] = timed(sink_counts, lab, t.h2, t.h2_if)
+                snap["refused"] = stack_errors(t.h2)
                 snap["cpu"] = timed(cpu_times)
                 snap["rcpu"] = timed(proc_cpu, router.pid) if router else (0.0, 0.0)
+                if variant == "vecroute":
+                    snap["vr"] = timed(vecroute_if_counts, t)
                 return snap
 
             def rate(a: tuple[float, Any], b: tuple[float, Any], get: Any) -> float:
@@ -427,7 +555,7 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
                 delivered_pps=delivered,
                 loss_pps=sent - delivered,
                 loss_fraction=(sent - delivered) / sent if sent else None,
-                mangled=sb["sink"][1]["mangled"] - sa["sink"][1]["mangled"],
+                mangled=sb["refused"] - sa["refused"],
                 link_pps={
                     f"{k}_{c}": round(rate(*lk, lambda v, k=k, c=c: v[k][c]), 1)
                     for k in links
@@ -439,7 +567,9 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
             )
             if "vr" in sa:
                 res["vecroute_pps"] = {
-                    f"{name}_{c}": round(rate(sa["vr"], sb["vr"], lambda v, n=name, c=c: v[n][c]), 1)
+                    f"{name}_{c}": round(
+                        rate(sa["vr"], sb["vr"], lambda v, n=name, c=c: v[n][c]), 1
+                    )
                     for name in sa["vr"][1]
                     for c in ("rx_packets", "tx_packets", "drops")
                 }
@@ -471,9 +601,7 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
                 time.sleep(0.2)
                 res["ping_idle"] = ping(lab, t.h1, H2_V4, args.ping_count)
                 pps = light_pps or int(0.1 * res["delivered_pps"])
-                gen = start_trafgen(lab, t.h1, t.h1_if, conf, pps=pps)
-                gens.append(gen)
-                time.sleep(0.5)
+                gen = start_light_load(lab, t.h1, t.h1_if, conf, pps, gens)
                 l0 = sink_counts(lab, t.h2, t.h2_if)["good"]
                 s0 = link_stats(lab, t.h1, t.h1_if)["tx"]
                 tl0 = time.monotonic()
@@ -545,7 +673,7 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
         out["ministat"] = stat.render(sets)
     med = {v: out["variants"][v]["delivered_pps"]["median"] for v in results}
     ratios = {}
-    for base in ("kernel", "kernel-rps", "naive"):
+    for base in ("kernel", "kernel-napi", "naive"):
         if "vecroute" in med and base in med and med[base]:
             ratios[f"vecroute/{base}"] = med["vecroute"] / med[base]
     out["ratios"] = ratios
@@ -579,7 +707,7 @@ def print_report(out: dict[str, Any], args: argparse.Namespace, info: dict[str, 
             f"{s['cpu1_busy']['median']:5.2f} "
             f"{s['sample_bad'] + s['mangled']:>5d}"
         )
-    print("bad = sampled frames failing the scapy check + mangled frames counted at the sink")
+    print("bad = sampled frames failing the scapy check + frames refused by h2's stack")
     for v, s in out["variants"].items():
         print(
             f"  {v:11s} sample: {s['sample_frames']} frames checked, {s['sample_bad']} bad"
@@ -619,12 +747,13 @@ def main() -> None:
                     help=f"comma-separated, from {', '.join(ALL_VARIANTS)}")  # fmt: skip
     ap.add_argument("--ping-count", type=int, default=500, help="0: no RTT test")
     ap.add_argument("--light-pps", type=int, default=0,
-                    help="light load rate (default: 10%% of the first kernel run's rate)")  # fmt: skip
+                    help="light load (default: 10%% of the first kernel run's rate)")  # fmt: skip
     ap.add_argument("--sample", type=int, default=200, help="frames checked with scapy per run")
     ap.add_argument("--nice", type=int, default=-20,
                     help="nice of the generator's and the router's sessions (autogroups); default "
                     "-20: the machine may be shared; 0: leave them alone")  # fmt: skip
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the text")
+    ap.add_argument("--save", metavar="PATH", help="also write the JSON (all runs) to PATH")
     args = ap.parse_args()
     PRIORITY[0] = args.nice
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -633,10 +762,10 @@ def main() -> None:
             ap.error(f"unknown variant {v!r}")
     if os.geteuid() != 0:
         raise SystemExit("bench.live: needs root (namespaces, AF_PACKET)")
-    for tool in ("trafgen", "nft", "ping", "tcpdump", "taskset"):
+    for tool in ("trafgen", "tc", "ping", "tcpdump", "taskset"):
         if shutil.which(tool) is None:
             raise SystemExit(f"bench.live: {tool} not found (apt-get install -y netsniff-ng "
-                             "nftables iputils-ping tcpdump util-linux)")  # fmt: skip
+                             "iproute2 iputils-ping tcpdump util-linux)")  # fmt: skip
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("bench.live: needs 2 CPUs (generator and router)")
     info = machine_info()
@@ -656,13 +785,17 @@ def main() -> None:
                 f"sample {r['sample']['ok']}/{r['sample']['frames']} ok, "
                 f"load {r['load_avg'][0]:.2f}"
             )
-            eprint(f"      links {r['link_pps']}" + (
-                f"\n      vecroute {r['vecroute_pps']}" if "vecroute_pps" in r else ""))
+            eprint(
+                f"      links {r['link_pps']}"
+                + (f"\n      vecroute {r['vecroute_pps']}" if "vecroute_pps" in r else "")
+            )
     out = report(results, args)
     out["machine"] = info
     out["command"] = " ".join(["python", "-m", "bench.live", *sys.argv[1:]])
     out["elapsed_s"] = round(time.time() - t_start, 1)
     out["runs"] = results
+    if args.save:
+        Path(args.save).write_text(json.dumps(out, indent=2, default=str))
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return

@@ -152,8 +152,13 @@ def run(ports: list[tuple[str, bytes]], routes: list[tuple[str, str, bytes]]) ->
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--port", action="append", required=True, metavar="IFNAME=MAC",
-                    help="a router port and its MAC (frames to other MACs are ignored)")
+    ap.add_argument(
+        "--port",
+        action="append",
+        required=True,
+        metavar="IFNAME=MAC",
+        help="a router port and its MAC (frames to other MACs are ignored)",
+    )
     ap.add_argument("--route", action="append", required=True, metavar="PREFIX=IFNAME,MAC",
                     help="IPv4 prefix, output port and next hop MAC")  # fmt: skip
     args = ap.parse_args(argv)

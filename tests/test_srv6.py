@@ -54,6 +54,7 @@ from scapy.layers.inet6 import (
     ICMPv6ParamProblem,
     ICMPv6TimeExceeded,
     IPv6,
+    IPv6ExtHdrDestOpt,
     IPv6ExtHdrHopByHop,
     IPv6ExtHdrSegmentRouting,
     IPv6ExtHdrSegmentRoutingTLVHMAC,
@@ -704,6 +705,48 @@ def test_decap_of_the_wrong_family_or_upper_layer(shared):
         assert res.c("srv6-upper-layer") == 1
 
 
+def test_upper_layer_is_found_past_a_destination_options_header(shared):
+    # RFC 8200: the upper-layer header comes after every extension header; a destination
+    # options header between the SRH and the inner packet does not hide it
+    for sid, inner in ((SID_DT6, inner6()), (SID_DT46, inner4()), (SID_DX6, inner6())):
+        sent = (eth() / IPv6(src=H0_IP6, dst=sid, hlim=3)
+                / SRH(addresses=[sid], segleft=0, lastentry=0) / IPv6ExtHdrDestOpt() / inner)
+        _, t, _ = one(shared, sent)
+        assert l3(t.data) == decremented(bytes(inner))
+    sent = (eth() / IPv6(src=H0_IP6, dst=SID_END) / SRH(addresses=[SID_END], segleft=0)
+            / IPv6ExtHdrDestOpt() / UDP() / b"x")
+    res = shared.run([sent])
+    (t,) = res.tx
+    assert t.pkt[ICMPv6ParamProblem].code == 4 and t.pkt[ICMPv6ParamProblem].ptr == 72
+    # PSP pops the SRH and keeps the destination options header behind it
+    sent = srv6_pkt(SID_END_PSP, [NEXT6], inner=IPv6ExtHdrDestOpt() / UDP() / b"d", nh=60)
+    _, t, p = one(shared, sent)
+    assert SRH not in p and p[IPv6].nh == 60 and IPv6ExtHdrDestOpt in p and p[UDP].load == b"d"
+
+
+def test_two_sids_of_this_router_in_one_segment_list(shared):
+    # End, then (DA now our End.DT6 SID) decapsulation in the same pass through the graph
+    sent = srv6_pkt(SID_END, [SID_DT6], inner=inner6(), nh=41)
+    res, t, _ = one(shared, sent)
+    assert t.ifname == "eth4" and l3(t.data) == decremented(bytes(inner6()))
+    assert res.c("srv6-end") == 1 and res.c("srv6-decapsulated") == 1
+
+
+def test_policy_whose_first_segment_is_a_local_sid():
+    # the first segment resolves to our own End SID (adjacency without an interface): the
+    # encapsulated packet is processed by the SID and leaves towards the second segment; the
+    # MTU checked is the real egress one, not that of some other interface (eth4: 1280 here)
+    cfg = srv6_config()
+    cfg["interfaces"][4]["mtu"] = 1280
+    cfg["srv6"]["policies"].append({"bsid": "2001:db8:ff:b::300", "segments": [SID_END, NEXT6]})
+    cfg["srv6"]["steering"].append({"prefix": "2001:db8:460::/48", "bsid": "2001:db8:ff:b::300"})
+    r = Router(cfg)
+    sent = udp6("2001:db8:460::1", n=1300)
+    _, t, p = one(r, sent)
+    assert t.ifname == "eth1" and p[IPv6].dst == NEXT6 and p[SRH].segleft == 0
+    assert p[IPv6].src == SRC and p[IPv6].hlim == 7  # inner 9 - 1, then End - 1
+
+
 def test_icmpv6_to_a_sid_is_answered(shared):
     # RFC 8986 4.1.1: ICMPv6 at a SID (SL 0 / no SRH) is processed locally: ping a SID
     for sid in (SID_END, SID_DT46, SID_IN_LOCATOR):
@@ -944,6 +987,35 @@ def test_config_errors_are_one_line(mut, words):
     assert words in msg and "\n" not in msg, msg
 
 
+@pytest.mark.parametrize(
+    "mut,words",
+    [
+        (lambda s: s["policies"].append({"bsid": "2001:db8:ff:b::999", "segments": [1, 2]}),
+         "segments: 1 is not an IPv6 address"),
+        (lambda s: s["policies"].append(
+            {"bsid": "2001:db8:ff:b::999", "segments": [SEG1], "source": 7}), "source"),
+        (lambda s: s.update(encap_source=7), "encap_source"),
+        (lambda s: s["localsids"].append(
+            {"sid": "2001:db8:ff::99", "behavior": "End.DX4", "nh": 3221225986}), "nh"),
+        (lambda s: s["policies"].append({"bsid": SID_END, "segments": [SEG1]}),
+         "bsid: 2001:db8:ff::1/128 in table 0 is already a local SID"),
+        (lambda s: s["localsids"].append({"sid": BSID_W, "behavior": "End"}),
+         "policies[8].bsid: 2001:db8:ff:b::100/128 in table 0 is already a local SID"),
+        (lambda s: s["localsids"].append({"sid": f"{R0_IP6}/128", "behavior": "End"}),
+         "already a local route"),
+        (lambda s: s["steering"].append({"prefix": f"{SID_DT4}/128", "bsid": BSID_W}),
+         "prefix: 2001:db8:ff::f4/128 in table 0 is already a local SID"),
+        (lambda s: s["steering"].append({"prefix": f"{BSID_W}/128", "bsid": BSID_W}),
+         "already a binding SID"),
+        (lambda s: s["localsids"].append(
+            {"sid": "2001:db8:ff::99", "behavior": "End", "flavor": "USD"}), "flavor"),
+    ],
+)
+def test_config_rejects_quiet_conversions_and_clobbering(mut, words):
+    msg = _bad(mut)
+    assert words in msg and "\n" not in msg, msg
+
+
 def test_config_needs_an_encap_source():
     def mut(s):
         del s["encap_source"]
@@ -1034,6 +1106,7 @@ def test_ctl_sr_localsid_policy_steer(tmp_path):
         ("sr policy del 2001:db8:ff::b", "no policy"),
         ("sr steer add 203.0.113.0/24 via bsid 2001:db8:ff::b", "no policy"),
         ("sr steer del 203.0.113.0/24", "not steered"),
+        (f"sr localsid add {R0_IP6} behavior End", "already a local route"),
         ("sr tunnel show", "expected localsid"),
         ("sr policy frob", "expected add"),
     ],

@@ -43,7 +43,7 @@ def check(config: str) -> None:
     n4 = sum(1 for (_, p) in fib.routes if p.version == 4)
     click.echo(
         f"{config}: ok: {len(cfg.interfaces)} interfaces, {n4} IPv4 and "
-        f"{len(fib.routes) - n4} IPv6 routes (connected and local included), "
+        f"{len(fib.routes) - n4} IPv6 routes (connected, local and broadcast included), "
         f"{len(cfg.neighbors)} neighbors"
     )
 

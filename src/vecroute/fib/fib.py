@@ -150,6 +150,13 @@ class Fib:
                 self._install(
                     Route(net, itf.table, "connected", [(ifx, None)]), self.lbs.get([glean])
                 )
+            if a.version == 4 and net.prefixlen <= 30:
+                # RFC 1812 5.3.5.2: directed broadcasts are not forwarded by default
+                drop = self.lbs.get([self.adjs.drop])
+                for edge in (net.network_address, net.broadcast_address):
+                    self._install(
+                        Route(ipaddress.ip_network(f"{edge}/32"), itf.table, "broadcast", []), drop
+                    )
         return ifx
 
     def interface_index(self, name: str) -> int:
@@ -234,7 +241,7 @@ class Fib:
         r = self.routes.get((table, prefix))
         if r is None:
             raise RouteError(f"no route {prefix} in table {table}")
-        if r.kind in ("local", "connected"):
+        if r.kind in ("local", "connected", "broadcast"):
             raise RouteError(
                 f"{prefix} is a {r.kind} route: change the interface addresses instead"
             )
@@ -343,7 +350,7 @@ class Fib:
     def describe_paths(self, route: Route) -> str:
         if route.kind == "local":
             return "local"
-        if route.kind.startswith("srv6"):
+        if route.kind.startswith("srv6") or route.kind == "broadcast":
             return route.kind
         if not route.paths:
             return "blackhole"

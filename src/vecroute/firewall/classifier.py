@@ -33,7 +33,8 @@ compiled code)::
 ``FW`` fields (all read-only for the data path except ``cnt``, ``st`` and ``ctl``):
 
 ================  ========================================================================
-cl4_roots/groups  IPv4 class tries (:class:`~vecroute.fib.lpm.Lpm`): address -> class row
+c4                int32 IPv4 class table: DIR-16 top levels (source, destination) + the
+                  sorted class boundaries of the /16 blocks that have some
 cl6_roots/groups  IPv6 class tries
 cmap              int32: header (LPM table indices) + sport/dport map (65537 entries each,
                   the last one = "no port") + meta map (direction x family x protocol)
@@ -103,7 +104,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from vecroute.fib.lpm import Lpm, lpm4_lookup, lpm6_lookup
+from vecroute.fib.lpm import Lpm, lpm6_lookup
 from vecroute.firewall.keys import (
     FRAG_NONFIRST,
     K_DPORT,
@@ -207,8 +208,8 @@ P_D = 5
 P_COLS = 6
 
 # -- cmap layout ---------------------------------------------------------------------------------
-CM_SRC4 = 0
-CM_DST4 = 1
+C4_SRC = 0  # c4: the source top level (65536 entries), then the destination's
+C4_DST = 65536
 CM_SRC6 = 2
 CM_DST6 = 3
 CM_HDR = 8
@@ -241,12 +242,14 @@ DENSE = 0.1  # a condition covering more than this share of a field's classes is
 FW = namedtuple(
     "FW",
     [
-        "cl4_roots", "cl4_groups", "cl6_roots", "cl6_groups", "cmap", "bm", "ag", "grp",
+        "c4", "cl6_roots", "cl6_groups", "cmap", "bm", "ag", "grp",
         "glist", "gpos", "rinfo", "prog", "probes", "cnt",
         "t4_roots", "t4_groups", "t6_roots", "t6_groups", "t_idx", "nt", "if_tab",
-        "st", "ctl",
+        "st", "ctl", "work",
     ],
 )
+WORK_ROWS = 256  # packets per pass of fw_batch (the class rows of a pass are kept in work)
+WORK_COLS = 8
 
 _U1 = np.uint64(1)
 _TH_SYN = 0x02
@@ -278,8 +281,57 @@ def cttz(typingctx, x):
 # packet that was most of the time. The tuple is unpacked once per batch (fw_batch).
 
 
+@intrinsic
+def prefetch(typingctx, arr, i, j):
+    """Prefetch ``arr[i, j]`` into the cache (llvm.prefetch, read, high locality)."""
+    sig = types.void(arr, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]],
+                                       wraparound=False)
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(cache=True, inline="always")
-def _class_rows(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, keys, i, direction):
+def _c4_lookup(c4, top, a):
+    """IPv4 class row of address a: DIR-16 top level, then the block's sorted boundaries."""
+    e = c4[top + (a >> 16)]
+    if e >= 0:
+        return e
+    off = -e - 1
+    n = c4[off]
+    cls = c4[off + 1]
+    lo = a & 0xFFFF
+    if n <= 8:
+        for j in range(n):
+            if c4[off + 2 + 2 * j] <= lo:
+                cls = c4[off + 3 + 2 * j]
+            else:
+                break
+    else:
+        i = 0
+        k = n
+        while i < k:
+            mid = (i + k) >> 1
+            if c4[off + 2 + 2 * mid] <= lo:
+                i = mid + 1
+            else:
+                k = mid
+        if i > 0:
+            cls = c4[off + 1 + 2 * i]
+    return cls
+
+
+@njit(cache=True, inline="always")
+def _class_rows(c4, cl6_roots, cl6_groups, cmap, keys, i, direction):
     fam = keys[i, K_FAMILY]
     if fam == 6:
         rs = lpm6_lookup(cl6_roots, cl6_groups, cmap[CM_SRC6], np.uint64(keys[i, K_SRC_HI]),
@@ -288,10 +340,8 @@ def _class_rows(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, keys, i, dir
                          np.uint64(keys[i, K_DST_LO]))
         fi = 257
     else:
-        rs = lpm4_lookup(cl4_roots, cl4_groups, cmap[CM_SRC4],
-                         np.uint32(keys[i, K_SRC_LO] & 0xFFFFFFFF))
-        rd = lpm4_lookup(cl4_roots, cl4_groups, cmap[CM_DST4],
-                         np.uint32(keys[i, K_DST_LO] & 0xFFFFFFFF))
+        rs = _c4_lookup(c4, C4_SRC, keys[i, K_SRC_LO] & 0xFFFFFFFF)
+        rd = _c4_lookup(c4, C4_DST, keys[i, K_DST_LO] & 0xFFFFFFFF)
         fi = 0
     nonfirst = (keys[i, K_FRAG] & FRAG_NONFIRST) != 0
     sp = keys[i, K_SPORT]
@@ -474,11 +524,16 @@ def _verdict(rinfo, r, keys, i):
 
 
 @njit(cache=True, inline="always")
-def _classify(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
+def _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
               rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt,
-              if_tab, st, ctl, keys, i, direction, now):
-    rs, rd, rsp, rdp, rm = _class_rows(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap,
-                                       keys, i, direction)
+              if_tab, st, ctl, work, j, keys, i, direction, now):
+    # (at most 30 parameters: CPython compiles longer calls as f(*args), which numba's
+    # inliner refuses)
+    rs = work[j, 0]
+    rd = work[j, 1]
+    rsp = work[j, 2]
+    rdp = work[j, 3]
+    rm = work[j, 4]
     dflt = rinfo.shape[0] - 1
     length = keys[i, K_LEN]
     scr = ctl[FC_SCRATCH:FC_SCRATCH + 2 * N_GROUPS]  # local cursor, global index per group
@@ -565,57 +620,80 @@ def _classify(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, g
 
 
 @njit(cache=True, _nrt=False)
-def _batch(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
+def _batch(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
            prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
-           ctl, keys, n, direction, now, verdicts, rules, aux):
+           ctl, work, keys, n, direction, now, verdicts, rules, aux):
     if ctl[FC_COUNT] > 0:
         sweep_states(st, ctl, now, ctl[FC_SWEEP])
-    for i in range(n):
-        v, r, a = _classify(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp,
-                            glist, gpos, rinfo, prog, probes, cnt, t4_roots, t4_groups,
-                            t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl, keys, i,
-                            direction, now)
-        verdicts[i] = v
-        rules[i] = r
-        aux[i] = a
+    chunk = work.shape[0]
+    for base in range(0, n, chunk):
+        m = min(chunk, n - base)
+        # pass 1: class rows of every packet (independent lookups overlap), prefetch the
+        # aggregate rows the walk starts with
+        for j in range(m):
+            rs, rd, rsp, rdp, rm = _class_rows(c4, cl6_roots, cl6_groups, cmap, keys,
+                                               base + j, direction)
+            work[j, 0] = rs
+            work[j, 1] = rd
+            work[j, 2] = rsp
+            work[j, 3] = rdp
+            work[j, 4] = rm
+            prefetch(ag, rs, 0)
+            prefetch(ag, rd, 0)
+        # pass 2: the walks
+        for j in range(m):
+            i = base + j
+            v, r, a = _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
+                                rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots,
+                                t6_groups, t_idx, nt, if_tab, st, ctl, work, j, keys, i,
+                                direction, now)
+            verdicts[i] = v
+            rules[i] = r
+            aux[i] = a
 
 
 @njit(cache=True)
 def fw_batch(fw, keys, n, direction, now, verdicts, rules, aux):
     """Classify ``keys[:n]``; see the module doc for the outputs."""
-    _batch(fw.cl4_roots, fw.cl4_groups, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm, fw.ag,
+    _batch(fw.c4, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm, fw.ag,
            fw.grp, fw.glist, fw.gpos, fw.rinfo, fw.prog, fw.probes, fw.cnt, fw.t4_roots,
            fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx, fw.nt, fw.if_tab, fw.st, fw.ctl,
-           keys, n, direction, now, verdicts, rules, aux)
+           fw.work, keys, n, direction, now, verdicts, rules, aux)
 
 
 @njit(cache=True, _nrt=False)
-def _one(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
+def _one(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
          prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
-         ctl, keys, i, direction, now):
-    return _classify(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist,
+         ctl, work, keys, i, direction, now):
+    rs, rd, rsp, rdp, rm = _class_rows(c4, cl6_roots, cl6_groups, cmap, keys, i, direction)
+    work[0, 0] = rs
+    work[0, 1] = rd
+    work[0, 2] = rsp
+    work[0, 3] = rdp
+    work[0, 4] = rm
+    return _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist,
                      gpos, rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups,
-                     t_idx, nt, if_tab, st, ctl, keys, i, direction, now)
+                     t_idx, nt, if_tab, st, ctl, work, 0, keys, i, direction, now)
 
 
 @njit(cache=True)
 def fw_classify(fw, keys, i, direction, now):
     """Classify one packet ``keys[i]``: (verdict, rule index, aux). ``fw_batch`` is the
     fast path (it unpacks the FW tuple once per vector, this once per packet)."""
-    return _one(fw.cl4_roots, fw.cl4_groups, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm,
+    return _one(fw.c4, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm,
                 fw.ag, fw.grp, fw.glist, fw.gpos, fw.rinfo, fw.prog, fw.probes, fw.cnt,
                 fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx, fw.nt,
-                fw.if_tab, fw.st, fw.ctl, keys, i, direction, now)
+                fw.if_tab, fw.st, fw.ctl, fw.work, keys, i, direction, now)
 
 
 @njit(cache=True, _nrt=False)
-def fw_batch_flat(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
+def fw_batch_flat(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
                   rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx,
-                  nt, if_tab, st, ctl, keys, n, direction, now, verdicts, rules, aux):
+                  nt, if_tab, st, ctl, work, keys, n, direction, now, verdicts, rules, aux):
     """``fw_batch`` with the FW arrays passed flat (the entry point from Python)."""
-    _batch(cl4_roots, cl4_groups, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
+    _batch(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
            prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
-           ctl, keys, n, direction, now, verdicts, rules, aux)
+           ctl, work, keys, n, direction, now, verdicts, rules, aux)
 
 
 # =============================================================================================
@@ -879,7 +957,7 @@ class CompiledFirewall:
 
     rules: list[Rule]
     uids: np.ndarray
-    cl4: Lpm
+    c4: np.ndarray
     cl6: Lpm
     cmap: np.ndarray
     bm: np.ndarray
@@ -900,8 +978,8 @@ class CompiledFirewall:
     stats: dict = field(default_factory=dict)
 
     def arrays(self) -> tuple:
-        """The classifier part of ``FW`` (cl4_roots ... cnt)."""
-        return (self.cl4.roots, self.cl4.groups, self.cl6.roots, self.cl6.groups, self.cmap,
+        """The classifier part of ``FW`` (c4 ... cnt)."""
+        return (self.c4, self.cl6.roots, self.cl6.groups, self.cmap,
                 self.bm, self.ag, self.grp, self.glist, self.gpos, self.rinfo, self.prog,
                 self.probes, self.cnt)
 
@@ -909,7 +987,7 @@ class CompiledFirewall:
     def nbytes(self) -> int:
         return int(self.bm[: self.nrows].nbytes + self.ag[: self.nrows].nbytes
                    + self.cmap.nbytes + self.rinfo.nbytes + self.prog.nbytes
-                   + self.gpos.nbytes + self.glist.nbytes + self.cl4.nbytes + self.cl6.nbytes)
+                   + self.gpos.nbytes + self.glist.nbytes + self.c4.nbytes + self.cl6.nbytes)
 
     def field_rows(self, fld: int) -> np.ndarray:
         """Rows used by one field (sorted)."""
@@ -1012,6 +1090,88 @@ def _resolve_skipto(rules: list[Rule], rinfo: np.ndarray) -> None:
 def _probes(rinfo: np.ndarray) -> np.ndarray:
     idx = np.nonzero(rinfo[:-1, RI_FLAGS] & RF_PROBE)[0].astype(np.int32)
     return np.concatenate([idx, np.array([rinfo.shape[0]], np.int32)])
+
+
+def _v4_intervals(keys: list[tuple[int, int]], rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Elementary intervals of a pre-order prefix list (containing 0.0.0.0/0): their starts
+    and the row of the longest prefix covering each."""
+    starts: list[int] = []
+    cls: list[int] = []
+    stack: list[tuple[int, int]] = []  # (last address, row) of the open prefixes
+    for (net, plen), row in zip(keys, rows, strict=True):
+        last = net | ((1 << (32 - plen)) - 1)
+        while stack and stack[-1][0] < net:
+            end, _ = stack.pop()
+            if stack and end + 1 < net:
+                starts.append(end + 1)
+                cls.append(stack[-1][1])
+        starts.append(net)
+        cls.append(row)
+        stack.append((last, row))
+    while stack:
+        end, _ = stack.pop()
+        if stack and end + 1 <= stack[-1][0]:
+            starts.append(end + 1)
+            cls.append(stack[-1][1])
+    st = np.array(starts, np.int64)
+    cl = np.array(cls, np.int64)
+    order = np.argsort(st, kind="stable")
+    st, cl = st[order], cl[order]
+    last_of = np.ones(st.shape[0], bool)  # equal starts: the later (deeper) one wins
+    last_of[:-1] = st[1:] != st[:-1]
+    st, cl = st[last_of], cl[last_of]
+    keep = np.ones(st.shape[0], bool)  # merge neighbours of the same class
+    keep[1:] = cl[1:] != cl[:-1]
+    return st[keep], cl[keep]
+
+
+@njit(cache=True)
+def _fill_c4(c4, top, starts, cls, blocks, counts, offs):
+    for b in range(blocks.shape[0]):
+        h = blocks[b]
+        off = offs[b]
+        c4[top + h] = -off - 1
+        c4[off] = counts[b]
+    # the boundaries of each block, in order
+    fill = np.zeros(blocks.shape[0], np.int64)
+    bi = 0
+    for k in range(starts.shape[0]):
+        s = starts[k]
+        if s & 0xFFFF == 0:
+            continue
+        h = s >> 16
+        while blocks[bi] != h:
+            bi += 1
+        j = offs[bi] + 2 + 2 * fill[bi]
+        c4[j] = s & 0xFFFF
+        c4[j + 1] = cls[k]
+        fill[bi] += 1
+
+
+def _build_c4(addr: dict) -> np.ndarray:
+    """The IPv4 class table of the source and destination fields (see ``_c4_lookup``)."""
+    parts = []
+    tops = []
+    for fld in (F_SRC, F_DST):
+        ac = addr[(fld, 4)]
+        st, cl = _v4_intervals(ac.keys, ac.rows)
+        h = np.arange(65536, dtype=np.int64) << 16
+        at_start = cl[np.searchsorted(st, h, side="right") - 1]
+        inner = (st & 0xFFFF) != 0
+        blocks, counts = np.unique(st[inner] >> 16, return_counts=True)
+        parts.append((st, cl, blocks, counts, at_start))
+        tops.append(at_start)
+    size = 2 * 65536 + sum(int((2 + 2 * p[3]).sum()) for p in parts)
+    c4 = np.zeros(size, np.int32)
+    off = 2 * 65536
+    for top, (st, cl, blocks, counts, at_start) in zip((C4_SRC, C4_DST), parts, strict=True):
+        c4[top:top + 65536] = at_start
+        offs = off + np.concatenate([[0], np.cumsum(2 + 2 * counts)[:-1]]).astype(np.int64)
+        if blocks.shape[0]:
+            c4[offs + 1] = at_start[blocks]
+            _fill_c4(c4, top, st, cl, blocks.astype(np.int64), counts.astype(np.int64), offs)
+        off += int((2 + 2 * counts).sum())
+    return c4
 
 
 def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
@@ -1169,18 +1329,15 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
     ag = np.zeros((nrows, total_a), np.uint64)
     _aggregate(bm, ag, nrows, grp)
 
-    # -- address class tries
-    cl4, cl6 = Lpm(4), Lpm(6)
-    for fld, (c4, c6) in ((F_SRC, (CM_SRC4, CM_SRC6)), (F_DST, (CM_DST4, CM_DST6))):
-        a4, a6 = addr[(fld, 4)], addr[(fld, 6)]
-        nets = np.array([k[0] for k in a4.keys], np.uint32)
-        cl4.add_many(fld, nets, np.array([k[1] for k in a4.keys], np.uint8),
-                     np.array(a4.rows, np.int64))
+    # -- address class lookup: IPv4 compact table, IPv6 class tries
+    c4 = _build_c4(addr)
+    cl6 = Lpm(6)
+    for fld, c6 in ((F_SRC, CM_SRC6), (F_DST, CM_DST6)):
+        a6 = addr[(fld, 6)]
         his = np.array([k[0] >> 64 for k in a6.keys], np.uint64)
         los = np.array([k[0] & ((1 << 64) - 1) for k in a6.keys], np.uint64)
         cl6.add_many(fld, (his, los), np.array([k[1] for k in a6.keys], np.uint8),
                      np.array(a6.rows, np.int64))
-        cmap[c4] = cl4.table_index(fld)
         cmap[c6] = cl6.table_index(fld)
 
     rinfo, prog = _rinfo_rows(all_rules, lowered_all)
@@ -1188,7 +1345,7 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
     cnt = np.zeros((len(all_rules), 3), np.int64)
     if previous is not None:
         _carry_counters(previous, uids_arr, cnt)
-    cf = CompiledFirewall(all_rules, uids_arr, cl4, cl6, cmap, bm, ag, grp, glist, gpos, rinfo,
+    cf = CompiledFirewall(all_rules, uids_arr, c4, cl6, cmap, bm, ag, grp, glist, gpos, rinfo,
                           prog, _probes(rinfo), cnt, nrows, addr, lowered_all, rgroup, widths)
     cf.stats = {"rows": nrows, "words": total_w, "groups": cf.group_sizes()}
     return cf
@@ -1259,7 +1416,6 @@ def _addr_rows(cf: CompiledFirewall, fld: int, cond: tuple) -> np.ndarray:
     rows: set[int] = set()
     for fam, nets in ((4, cond[2]), (6, cond[3])):
         ac = cf.addr[(fld, fam)]
-        lpm = cf.cl4 if fam == 4 else cf.cl6
         for net, plen in nets:
             if (net, plen) not in ac.index:
                 row = _new_row(cf, ac.covering(net, plen))
@@ -1267,8 +1423,10 @@ def _addr_rows(cf: CompiledFirewall, fld: int, cond: tuple) -> np.ndarray:
                 ac.keys.insert(k, (net, plen))
                 ac.rows.insert(k, row)
                 ac.index[(net, plen)] = row
-                prefix = f"{IPv4Address(net) if fam == 4 else IPv6Address(net)}/{plen}"
-                lpm.add(fld, prefix, row)
+                if fam == 4:
+                    cf.c4 = None  # rebuilt once all classes exist
+                else:
+                    cf.cl6.add(fld, f"{IPv6Address(net)}/{plen}", row)
             i, j = ac.span(net, plen)
             rows.update(ac.rows[i:j])
     if cond[1]:
@@ -1280,7 +1438,6 @@ def _clone(cf: CompiledFirewall) -> CompiledFirewall:
     new = copy.copy(cf)
     new.rules = list(cf.rules)
     new.lowered = list(cf.lowered)
-    new.cl4 = copy.deepcopy(cf.cl4)
     new.cl6 = copy.deepcopy(cf.cl6)
     new.cmap = cf.cmap.copy()
     new.bm = cf.bm.copy()
@@ -1292,6 +1449,8 @@ def _clone(cf: CompiledFirewall) -> CompiledFirewall:
 
 
 def _refresh(cf: CompiledFirewall) -> None:
+    if cf.c4 is None:
+        cf.c4 = _build_c4(cf.addr)
     cf.grp, cf.glist, cf.gpos, _, cf.widths = _layout(cf.rgroup, cf.widths)
     cf.rinfo, cf.prog = _rinfo_rows(cf.rules, cf.lowered)
     cf.probes = _probes(cf.rinfo)

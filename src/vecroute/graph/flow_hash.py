@@ -7,7 +7,7 @@ are used; ports are left out of non-first fragments (they carry none).
 import numpy as np
 from numba import njit
 
-from vecroute.packet.batch import F_FRAG_NONFIRST, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO
+from vecroute.packet.batch import F_FRAG, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO
 from vecroute.packet.headers import PROTO_TCP, PROTO_UDP, rd32
 
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
@@ -31,7 +31,7 @@ def _ports(buf, meta, i) -> np.uint64:
     l4 = meta[M_L4, i]
     end = meta[M_OFF, i] + meta[M_LEN, i]
     if (p == PROTO_TCP or p == PROTO_UDP) and l4 > 0 and l4 + 4 <= end:
-        if not (meta[M_FLAGS, i] & F_FRAG_NONFIRST):
+        if not (meta[M_FLAGS, i] & F_FRAG):  # all fragments of a datagram hash alike
             return np.uint64(rd32(buf, l4))
     return np.uint64(0)
 

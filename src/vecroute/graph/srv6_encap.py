@@ -108,7 +108,8 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
             drop(frames, frame_n, meta, i, C.C_SRV6_NO_ROUTE)
             continue
         hdrlen = dp.sr_list[lst, LIST_HDRLEN]
-        mtu = dp.ifc[dp.adj[a, A_IF], I_MTU]
+        ifx = dp.adj[a, A_IF]  # -1: a local SID or another policy; its node checks the MTU
+        mtu = dp.ifc[ifx, I_MTU] if ifx >= 0 else np.int32(0x7FFFFFFF)
         if iplen + hdrlen > mtu:  # the source must shrink its packets by the overhead
             if ip6:
                 icmp_error(frames, frame_n, meta, i, True, C.C_MTU_EXCEEDED,

@@ -36,6 +36,7 @@ from vecroute.packet.batch import (
     M_ADJ,
     M_FIB,
     M_FLAGS,
+    M_HASH,
     M_L3,
     M_L4,
     M_LEN,
@@ -81,23 +82,21 @@ def srv6_localsid(work, k, buf, meta, frames, frame_n, dp) -> None:
         beh = dp.sr_sid[sid, SID_BEHAVIOR]
         l3 = meta[M_L3, i]
         end = meta[M_OFF, i] + meta[M_LEN, i]
-        # find the SRH (routing type 4) in the chain ip6-input already validated
+        # find the SRH (routing type 4) and the upper-layer header (RFC 8200: after all
+        # extension headers, a destination options header after the SRH included) in the
+        # chain ip6-input already validated
         srh = -1
         nh = np.int32(buf[l3 + 6])
         p = l3 + 40
         while (nh == PROTO_HOPOPT or nh == PROTO_DSTOPTS or nh == PROTO_ROUTING) and p + 8 <= end:
-            if nh == PROTO_ROUTING and buf[p + 2] == 4:
+            if srh < 0 and nh == PROTO_ROUTING and buf[p + 2] == 4:
                 srh = p
-                break
             nh = np.int32(buf[p])
             p += (np.int32(buf[p + 1]) + 1) * 8
         sl = 0
-        after = p
-        inner = nh
+        after = p  # the upper-layer header nh (the inner packet of a decapsulation)
         if srh >= 0:
             sl = np.int32(buf[srh + 3])
-            inner = np.int32(buf[srh])
-            after = srh + (np.int32(buf[srh + 1]) + 1) * 8
         if beh <= END_T:
             if sl == 0:
                 _upper_layer(frames, frame_n, meta, i, l3, after)
@@ -120,15 +119,15 @@ def srv6_localsid(work, k, buf, meta, frames, frame_n, dp) -> None:
                 buf[l3 + 24 + b] = buf[seg + b]
             if (dp.sr_sid[sid, SID_FLAVOR] == FLAVOR_PSP and sl == 0 and srh == l3 + 40):
                 srhlen = (hel + 1) * 8  # pop the SRH: the IPv6 header moves up to the payload
-                buf[l3 + 6] = inner
+                buf[l3 + 6] = buf[srh]
                 wr16(buf, l3 + 4, rd16(buf, l3 + 4) - srhlen)
                 copy_bytes(buf, l3 + srhlen, buf, l3, 40)
                 l3 += srhlen
                 meta[M_L3, i] = l3
                 meta[M_OFF, i] = l3
                 meta[M_LEN, i] = end - l3
-                meta[M_PROTO, i] = inner
-                meta[M_L4, i] = l3 + 40
+                meta[M_PROTO, i] = nh  # the upper layer has not moved
+                meta[M_L4, i] = after
             meta[M_FLAGS, i] |= F_HLIM_DONE
             ends += 1
             if beh == END_X:
@@ -145,14 +144,15 @@ def srv6_localsid(work, k, buf, meta, frames, frame_n, dp) -> None:
             continue
         want6 = beh == END_DX6 or beh == END_DT6 or beh == END_DT46
         want4 = beh == END_DX4 or beh == END_DT4 or beh == END_DT46
-        if (inner == PROTO_IPV6 and want6) or (inner == PROTO_IPIP and want4):
+        if (nh == PROTO_IPV6 and want6) or (nh == PROTO_IPIP and want4):
             meta[M_OFF, i] = after
             meta[M_L3, i] = after
             meta[M_LEN, i] = end - after
             meta[M_PROTO, i] = -1
             meta[M_L4, i] = 0
+            meta[M_HASH, i] = 0  # the outer flow's hash is not the inner flow's
             decaps += 1
-            ip6 = inner == PROTO_IPV6
+            ip6 = nh == PROTO_IPV6
             flags = F_IP6 if ip6 else 0
             if beh == END_DX4 or beh == END_DX6:
                 meta[M_ADJ, i] = dp.sr_sid[sid, SID_ADJ]

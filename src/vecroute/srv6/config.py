@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 
 def _v6(r: _Reader, key: str, text: Any) -> ipaddress.IPv6Address:
+    if not isinstance(text, str):  # IPv6Address(5) would quietly be ::5
+        raise r.err(key, f"{text!r} is not an IPv6 address")
     try:
         return ipaddress.IPv6Address(text)
     except (ValueError, TypeError):
@@ -46,6 +48,8 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
         nh = None
         if "nh" in t:
             try:
+                if not isinstance(t["nh"], str):  # ip_address(5) would be 0.0.0.5
+                    raise TypeError
                 nh = ipaddress.ip_address(t["nh"])
             except (ValueError, TypeError):
                 raise r.err("nh", f"{t['nh']!r} is not an IP address") from None
@@ -54,7 +58,10 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
         try:
             fib.srv6.add_localsid(ls)
         except (Srv6Error, ValueError) as e:
-            raise r.err("behavior", str(e)) from None
+            msg = str(e)
+            key = ("flavor" if "flavor" in msg else "nh" if "next hop" in msg or " nh " in msg
+                   else "sid" if "already" in msg else "behavior")
+            raise r.err(key, msg) from None
     for n, t in enumerate(section.get("policies", [])):
         r = _Reader(path, f"srv6.policies[{n}]", t, {"bsid", "mode", "segments",
                                                      "segment_lists", "source", "table"})
@@ -78,7 +85,7 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
             fib.srv6.add_policy(Policy(bsid, lists, mode, src, r.int_range("table", 0, 0,
                                                                            2**32 - 1)))
         except (Srv6Error, ValueError) as e:
-            raise r.err("segments", str(e)) from None
+            raise r.err("bsid" if "already" in str(e) else "segments", str(e)) from None
     for n, t in enumerate(section.get("steering", [])):
         r = _Reader(path, f"srv6.steering[{n}]", t, {"prefix", "bsid", "table"})
         try:
@@ -89,7 +96,7 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
         try:
             fib.srv6.steer(prefix, bsid, r.int_range("table", 0, 0, 2**32 - 1))
         except (Srv6Error, ValueError) as e:
-            raise r.err("bsid", str(e)) from None
+            raise r.err("prefix" if "already" in str(e) else "bsid", str(e)) from None
 
 
 __all__ = ["apply_srv6_config", "ConfigError"]

@@ -114,6 +114,17 @@ class Srv6Tables:
         b[: a.shape[0]] = a
         return b
 
+    def _check_free(self, prefix, table: int, kind: str) -> None:
+        """A SID, a binding SID or a steered prefix never silently replaces an interface
+        route or another SRv6 object (Linux answers "File exists" too)."""
+        r = self.fib.routes.get((table, prefix))
+        if r is not None and r.kind != kind and r.kind in (
+            "local", "connected", "srv6-localsid", "srv6-bsid", "srv6-steer"
+        ):
+            what = {"srv6-localsid": "a local SID", "srv6-bsid": "a binding SID",
+                    "srv6-steer": "steered"}.get(r.kind, f"a {r.kind} route")
+            raise Srv6Error(f"{prefix} in table {table} is already {what}")
+
     # -- local SIDs --------------------------------------------------------------------------
 
     def add_localsid(self, ls: LocalSid) -> LocalSid:
@@ -123,6 +134,7 @@ class Srv6Tables:
             raise Srv6Error(f"flavor {ls.flavor!r}: only PSP is supported")
         if ls.flavor and ls.behavior not in ("End", "End.X"):
             raise Srv6Error(f"flavor PSP applies to End and End.X, not {ls.behavior}")
+        self._check_free(ls.sid, ls.fib_table, "srv6-localsid")
         beh = BEHAVIORS.index(ls.behavior)
         adj = 0
         needs_nh = ls.behavior in ("End.X", "End.DX4", "End.DX6")
@@ -171,6 +183,7 @@ class Srv6Tables:
                             "policy's source")
         if not p.segment_lists:
             raise Srv6Error("a policy needs at least one segment list")
+        self._check_free(ipaddress.ip_network(f"{p.bsid}/128"), 0, "srv6-bsid")
         buckets: list[int] = []
         lists: list[int] = []
         old = self.policies.get(p.bsid)
@@ -234,6 +247,7 @@ class Srv6Tables:
         if p is None:
             raise Srv6Error(f"no policy with binding SID {bsid}")
         net = ipaddress.ip_network(prefix, strict=False)
+        self._check_free(net, table, "srv6-steer")
         self.fib._install_special(net, table, "srv6-steer", self.policy_adjacency(p))
         self.steering[(table, net)] = bsid
         self.generation += 1
