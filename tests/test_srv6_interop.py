@@ -210,7 +210,7 @@ def net(tmp_path_factory):
         lx0 = n.ifs["lx0"]
         for action in (
             ["End"],
-            ["End.DX6", "nh6", h2(0x10, 6)],
+            ["End.DX6", "nh6", h2(10, 6)],
             ["End.DX4", "nh4", h2(10, 4)],
             ["End.DT6", "table", "100"],
         ):

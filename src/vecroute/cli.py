@@ -339,7 +339,14 @@ def bench_list() -> None:
     type=click.Path(file_okay=False),
     help="report directory",
 )
-def bench_run(names: tuple[str, ...], repeat: int, out: str) -> None:
+@click.option(
+    "--update",
+    "update",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="also replace these experiments' sections in a Markdown file (docs/BENCHMARKS.md)",
+)
+def bench_run(names: tuple[str, ...], repeat: int, out: str, update: str | None) -> None:
     """Run experiments NAMES; write DIR/NAME.md, .png, .json and print the reports."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -364,6 +371,11 @@ def bench_run(names: tuple[str, ...], repeat: int, out: str) -> None:
     for r in reports:
         click.echo(r.markdown)
     click.echo(f"reports written to {out}/")
+    if update:
+        from vecroute.measure.bench import update_markdown
+
+        update_markdown(Path(update), reports)
+        click.echo(f"{update} updated")
 
 
 @main.command(

@@ -134,6 +134,7 @@ from vecroute.firewall.rules import (
 from vecroute.firewall.states import (
     FC_COUNT,
     FC_HITS,
+    FC_ROWS,
     FC_SCRATCH,
     FC_SWEEP,
     ST_RULE,
@@ -245,11 +246,9 @@ FW = namedtuple(
         "c4", "cl6_roots", "cl6_groups", "cmap", "bm", "ag", "grp",
         "glist", "gpos", "rinfo", "prog", "probes", "cnt",
         "t4_roots", "t4_groups", "t6_roots", "t6_groups", "t_idx", "nt", "if_tab",
-        "st", "ctl", "work",
+        "st", "ctl",
     ],
 )
-WORK_ROWS = 256  # packets per pass of fw_batch (the class rows of a pass are kept in work)
-WORK_COLS = 8
 
 _U1 = np.uint64(1)
 _TH_SYN = 0x02
@@ -279,25 +278,6 @@ def cttz(typingctx, x):
 # (_nrt=False): getting a member out of the FW tuple, or passing an array to an inlined
 # helper, otherwise costs an atomic increment and decrement each, and with ~20 arrays per
 # packet that was most of the time. The tuple is unpacked once per batch (fw_batch).
-
-
-@intrinsic
-def prefetch(typingctx, arr, i, j):
-    """Prefetch ``arr[i, j]`` into the cache (llvm.prefetch, read, high locality)."""
-    sig = types.void(arr, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]],
-                                       wraparound=False)
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @njit(cache=True, inline="always")
@@ -526,14 +506,14 @@ def _verdict(rinfo, r, keys, i):
 @njit(cache=True, inline="always")
 def _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
               rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt,
-              if_tab, st, ctl, work, j, keys, i, direction, now):
-    # (at most 30 parameters: CPython compiles longer calls as f(*args), which numba's
-    # inliner refuses)
-    rs = work[j, 0]
-    rd = work[j, 1]
-    rsp = work[j, 2]
-    rdp = work[j, 3]
-    rm = work[j, 4]
+              if_tab, st, ctl, keys, i, direction, now):
+    # the class rows come in ctl[FC_ROWS:] (a call may have at most 30 arguments: CPython
+    # compiles longer calls as f(*args), which numba's inliner refuses)
+    rs = ctl[FC_ROWS]
+    rd = ctl[FC_ROWS + 1]
+    rsp = ctl[FC_ROWS + 2]
+    rdp = ctl[FC_ROWS + 3]
+    rm = ctl[FC_ROWS + 4]
     dflt = rinfo.shape[0] - 1
     length = keys[i, K_LEN]
     scr = ctl[FC_SCRATCH:FC_SCRATCH + 2 * N_GROUPS]  # local cursor, global index per group
@@ -619,37 +599,30 @@ def _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
     return verdict, decided, x
 
 
+@njit(cache=True, inline="always")
+def _rows_to_ctl(c4, cl6_roots, cl6_groups, cmap, ctl, keys, i, direction):
+    rs, rd, rsp, rdp, rm = _class_rows(c4, cl6_roots, cl6_groups, cmap, keys, i, direction)
+    ctl[FC_ROWS] = rs
+    ctl[FC_ROWS + 1] = rd
+    ctl[FC_ROWS + 2] = rsp
+    ctl[FC_ROWS + 3] = rdp
+    ctl[FC_ROWS + 4] = rm
+
+
 @njit(cache=True, _nrt=False)
 def _batch(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
            prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
-           ctl, work, keys, n, direction, now, verdicts, rules, aux):
+           ctl, keys, n, direction, now, verdicts, rules, aux):
     if ctl[FC_COUNT] > 0:
         sweep_states(st, ctl, now, ctl[FC_SWEEP])
-    chunk = work.shape[0]
-    for base in range(0, n, chunk):
-        m = min(chunk, n - base)
-        # pass 1: class rows of every packet (independent lookups overlap), prefetch the
-        # aggregate rows the walk starts with
-        for j in range(m):
-            rs, rd, rsp, rdp, rm = _class_rows(c4, cl6_roots, cl6_groups, cmap, keys,
-                                               base + j, direction)
-            work[j, 0] = rs
-            work[j, 1] = rd
-            work[j, 2] = rsp
-            work[j, 3] = rdp
-            work[j, 4] = rm
-            prefetch(ag, rs, 0)
-            prefetch(ag, rd, 0)
-        # pass 2: the walks
-        for j in range(m):
-            i = base + j
-            v, r, a = _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
-                                rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots,
-                                t6_groups, t_idx, nt, if_tab, st, ctl, work, j, keys, i,
-                                direction, now)
-            verdicts[i] = v
-            rules[i] = r
-            aux[i] = a
+    for i in range(n):
+        _rows_to_ctl(c4, cl6_roots, cl6_groups, cmap, ctl, keys, i, direction)
+        v, r, a = _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
+                            rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots,
+                            t6_groups, t_idx, nt, if_tab, st, ctl, keys, i, direction, now)
+        verdicts[i] = v
+        rules[i] = r
+        aux[i] = a
 
 
 @njit(cache=True)
@@ -658,22 +631,17 @@ def fw_batch(fw, keys, n, direction, now, verdicts, rules, aux):
     _batch(fw.c4, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm, fw.ag,
            fw.grp, fw.glist, fw.gpos, fw.rinfo, fw.prog, fw.probes, fw.cnt, fw.t4_roots,
            fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx, fw.nt, fw.if_tab, fw.st, fw.ctl,
-           fw.work, keys, n, direction, now, verdicts, rules, aux)
+           keys, n, direction, now, verdicts, rules, aux)
 
 
 @njit(cache=True, _nrt=False)
 def _one(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
          prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
-         ctl, work, keys, i, direction, now):
-    rs, rd, rsp, rdp, rm = _class_rows(c4, cl6_roots, cl6_groups, cmap, keys, i, direction)
-    work[0, 0] = rs
-    work[0, 1] = rd
-    work[0, 2] = rsp
-    work[0, 3] = rdp
-    work[0, 4] = rm
+         ctl, keys, i, direction, now):
+    _rows_to_ctl(c4, cl6_roots, cl6_groups, cmap, ctl, keys, i, direction)
     return _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist,
                      gpos, rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups,
-                     t_idx, nt, if_tab, st, ctl, work, 0, keys, i, direction, now)
+                     t_idx, nt, if_tab, st, ctl, keys, i, direction, now)
 
 
 @njit(cache=True)
@@ -683,17 +651,17 @@ def fw_classify(fw, keys, i, direction, now):
     return _one(fw.c4, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm,
                 fw.ag, fw.grp, fw.glist, fw.gpos, fw.rinfo, fw.prog, fw.probes, fw.cnt,
                 fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx, fw.nt,
-                fw.if_tab, fw.st, fw.ctl, fw.work, keys, i, direction, now)
+                fw.if_tab, fw.st, fw.ctl, keys, i, direction, now)
 
 
 @njit(cache=True, _nrt=False)
 def fw_batch_flat(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
                   rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx,
-                  nt, if_tab, st, ctl, work, keys, n, direction, now, verdicts, rules, aux):
+                  nt, if_tab, st, ctl, keys, n, direction, now, verdicts, rules, aux):
     """``fw_batch`` with the FW arrays passed flat (the entry point from Python)."""
     _batch(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
            prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
-           ctl, work, keys, n, direction, now, verdicts, rules, aux)
+           ctl, keys, n, direction, now, verdicts, rules, aux)
 
 
 # =============================================================================================

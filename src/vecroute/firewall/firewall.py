@@ -27,8 +27,6 @@ import numpy as np
 from vecroute.firewall.classifier import (
     DIR_IN,
     FW,
-    WORK_COLS,
-    WORK_ROWS,
     CompiledFirewall,
     classify_keys,
     compile_rules,
@@ -78,7 +76,6 @@ class Firewall:
                 self.tables.add_parsed(t.name, payload)
         self.st = new_table()
         self.ctl = new_ctl(cfg.max_states, cfg.lifetimes)
-        self.work = np.zeros((WORK_ROWS, WORK_COLS), np.int64)
         self._next_uid = 0
         uids = self._uids(len(cfg.rules))
         self.compiled: CompiledFirewall = compile_rules(
@@ -100,7 +97,7 @@ class Firewall:
 
     def args(self) -> tuple:
         """The arrays in ``FW`` field order (pass them flat into compiled code)."""
-        return (*self.compiled.arrays(), *self.tables.arrays(), self.st, self.ctl, self.work)
+        return (*self.compiled.arrays(), *self.tables.arrays(), self.st, self.ctl)
 
     def dataplane(self) -> FW:
         return FW(*self.args())

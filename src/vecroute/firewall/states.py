@@ -70,7 +70,8 @@ FC_HITS = 12  # packets that matched a state
 FC_SWEEP = 13  # rows swept per batch
 FC_LOOKUPS = 14  # state lookups
 FC_CAP_DROPS = 15  # new flows dropped because the table waits for growth (never expected)
-FC_SCRATCH = 16  # 16..31: per-packet scratch of the classifier (one worker, one packet)
+FC_SCRATCH = 16  # 16..23: per-packet scratch of the classifier (group cursors)
+FC_ROWS = 24  # 24..28: the packet's class rows
 FC_COLS = 32
 
 FC_NAMES = {

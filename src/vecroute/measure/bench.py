@@ -180,6 +180,50 @@ def run(
     return Report(exp, samples, ministat, "\n".join(md), png, rows)
 
 
+def machine() -> str:
+    """One line describing the machine (benchmarks are meaningless without it)."""
+    import os
+    import platform
+
+    import numba
+    import numpy
+
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, Python "
+        f"{platform.python_version()}, numpy {numpy.__version__}, numba {numba.__version__}"
+    )
+
+
+def update_markdown(path: Path, reports: list[Report]) -> None:
+    """Replace (or append) each experiment's section in a Markdown file, between
+    ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` markers."""
+    import datetime
+
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    for r in reports:
+        begin, end = f"<!-- bench:{r.experiment.name} -->", f"<!-- /bench:{r.experiment.name} -->"
+        when = datetime.date.today().isoformat()
+        body = (
+            f"{begin}\n{r.markdown.rstrip()}\n\nMachine: {machine()}; {when}; command: "
+            f"`vecroute bench run {r.experiment.name} --repeat "
+            f"{len(next(iter(r.samples.values())))} --update {path.name}`\n{end}"
+        )
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            text = head + body + rest.split(end, 1)[1]
+        else:
+            text = text.rstrip() + "\n\n" + body + "\n"
+    path.write_text(text)
+
+
 def run_many(
     names: Sequence[str],
     repeat: int,
