@@ -16,8 +16,8 @@ from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import mix64
 from vecroute.graph.frames import enqueue
 from vecroute.graph.ip4_input import is_martian4
-from vecroute.graph.lookup import resolve4, resolve6
-from vecroute.graph.node_ids import ERROR_DROP, IP4_REWRITE, IP6_REWRITE
+from vecroute.graph.lookup import resolve4, resolve6, to_adjacency
+from vecroute.graph.node_ids import ERROR_DROP
 from vecroute.graph.state import (
     A_IF,
     A_TYPE,
@@ -125,7 +125,8 @@ def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
             _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
             continue
-        me = np.uint32(dp.ifc[dp.adj[a, A_IF], I_IP4])
+        out_if = dp.adj[a, A_IF]  # -1 behind an SR policy: use the receiving interface
+        me = np.uint32(dp.ifc[out_if, I_IP4]) if out_if >= 0 else np.uint32(0)
         if me == 0:
             me = np.uint32(dp.ifc[meta[M_RX, i], I_IP4])
         if me == 0:
@@ -167,7 +168,7 @@ def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         meta[M_ADJ, i] = a
         meta[M_ERR, i] = -1
         dp.counters[C.C_ICMP_ERROR_SENT] += 1
-        enqueue(frames, frame_n, meta, IP4_REWRITE, i)
+        to_adjacency(frames, frame_n, meta, dp, i, a, False)  # rewrite, or an SR policy
 
 
 @njit(cache=True, inline="always")
@@ -218,6 +219,8 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         for b in range(16):
             buf[n + 24 + b] = buf[l3 + 8 + b]
         out_if = dp.adj[a, A_IF]
+        if out_if < 0:  # behind an SR policy: answer from the receiving interface
+            out_if = meta[M_RX, i]
         if not _copy_addr(buf, n + 8, dp, out_if, IF6_GLOBAL):
             if not _copy_addr(buf, n + 8, dp, meta[M_RX, i], IF6_GLOBAL):
                 _copy_addr(buf, n + 8, dp, out_if, IF6_LL)
@@ -242,4 +245,4 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         meta[M_ADJ, i] = a
         meta[M_ERR, i] = -1
         dp.counters[C.C_ICMP_ERROR_SENT] += 1
-        enqueue(frames, frame_n, meta, IP6_REWRITE, i)
+        to_adjacency(frames, frame_n, meta, dp, i, a, True)
