@@ -1,7 +1,9 @@
 """Live forwarding on veth in namespaces: Linux kernel vs vecroute vs a per-packet Python forwarder.
 
-    python -m bench.live [--repeat N] [--seconds S] [--variants kernel,vecroute,naive]
-                         [--ping-count N] [--light-pps PPS] [--json]
+    python -m bench.live [--repeat N] [--seconds S] [--warmup S]
+                         [--variants kernel,vecroute,naive[,kernel-napi]]
+                         [--ping-count N] [--light-pps PPS] [--sample N] [--nice N]
+                         [--json] [--save PATH]
 
 Needs root, iproute2 (ip, tc; a kernel with cls_bpf), trafgen (Debian netsniff-ng), ping,
 tcpdump, taskset.
@@ -24,11 +26,16 @@ so there are 256 flows; trafgen recomputes the UDP checksum per packet), destina
   which gives a veth a NAPI ring; ``/sys/class/net/p0/threaded`` = 1) and that NAPI
   kthread, where the forwarding then runs, is pinned to CPU 1 at the router priority:
   one core for the generator, one for the router, like the userspace variants.
-* ``vecroute``: ``vecroute run`` with ``workers = 1`` (vecroute.lab config), every
-  thread pinned to CPU 1 (``taskset -a -p -c 1``).
+* ``vecroute``: ``vecroute run`` with ``workers = 1`` (the vecroute.lab config: the
+  router's ports have no kernel addresses), under ``taskset -c 1``.
 * ``naive``: bench/naive_forwarder.py in the router namespace under ``taskset -c 1``
   (AF_PACKET raw socket per port, per-packet Python); the hosts get permanent neighbour
   entries for the router addresses (it answers no ARP).
+
+Priority: the machines are shared and sched_autogroup is on, so the generator and the
+router each run in a session of their own whose autogroup gets nice ``--nice`` (-20):
+other tenants' jobs then barely take their cores.  The same for every variant (the
+kernel's forwarding runs in trafgen's softirq context, so it is covered too).
 
 Every run: trafgen sends at full rate; after ``--warmup`` seconds the counters are read,
 again ``--seconds`` later (each rate over the times of its own two reads).  Delivered =
@@ -47,7 +54,8 @@ length, addresses, ports and payload unchanged.
 
 RTT: in each run, after the rate test, ``ping -i 0.01 -c N`` h1 -> h2 through the router
 idle and while trafgen sends at ``--light-pps`` (default: 10% of the first kernel run's
-delivered rate): p50 / p99 / max of all replies of all runs of a variant.
+delivered rate; evenly spaced with ``trafgen -t GAP``, the gap calibrated in up to three
+0.4 s tries): p50 / p99 / max of all replies of all runs of a variant.
 
 Variants run interleaved (kernel vecroute naive kernel vecroute naive ...), each
 ``--repeat`` times; the delivered pps distributions are compared with
@@ -700,9 +708,11 @@ def print_report(out: dict[str, Any], args: argparse.Namespace, info: dict[str, 
     print(hdr)
     for v, s in out["variants"].items():
         rc = s["router_cpu"]["median"]
+        # the two counters are read microseconds apart: a -0.0x % is that, shown as 0
+        loss = max(0.0, s["loss_fraction"]["median"])
         print(
             f"{v:11s} {fmt_summary(s['delivered_pps'], '', 0):>30s} "
-            f"{s['sent_pps']['median']:10.0f} {100 * s['loss_fraction']['median']:6.1f}% "
+            f"{s['sent_pps']['median']:10.0f} {100 * loss:6.1f}% "
             f"{'' if rc is None else f'{rc:.2f}':>7s} {s['cpu0_busy']['median']:5.2f} "
             f"{s['cpu1_busy']['median']:5.2f} "
             f"{s['sample_bad'] + s['mangled']:>5d}"
