@@ -46,8 +46,9 @@ def _merge(cfg: Config, inputs: list[tuple[str, str]]):
         try:
             ifx = cfg.interface_index(name)
         except KeyError:
-            raise ReplayError(f"--in {name}={path}: no interface named {name!r} in "
-                              f"{cfg.path}") from None
+            raise ReplayError(
+                f"--in {name}={path}: no interface named {name!r} in {cfg.path}"
+            ) from None
         cap = read_capture(path)
         if len(cap.offsets) and cap.linktype != LINKTYPE_ETHERNET:
             raise ReplayError(f"{path}: link type {cap.linktype} is not Ethernet (1)")
@@ -108,23 +109,35 @@ class Replayer:
         res.seconds = time.perf_counter() - t0
         res.packets_in = total
         res.packets_out = sum(w.packets for w in writers.values())
-        res.outputs = {self.cfg.interfaces[i].name: str(out / f"{self.cfg.interfaces[i].name}.pcap")
-                       for i in sorted(writers)}
+        res.outputs = {
+            self.cfg.interfaces[i].name: str(out / f"{self.cfg.interfaces[i].name}.pcap")
+            for i in sorted(writers)
+        }
         return res
 
     def _write(self, tx: np.ndarray, writers: dict[int, PcapWriter], out: Path) -> None:
         b = self.batch
         meta = b.meta
         m = int(b.nalloc[0])
-        orig = meta[M_ORIG, :m]
-        order = tx[np.lexsort((meta[M_SEQ, tx], orig[tx]))]
+        if m == b.n:  # nothing generated: slot order is input order
+            order = tx if (tx.size < 2 or bool((tx[1:] > tx[:-1]).all())) else np.sort(tx)
+            ts = b.ts[:m]
+        else:  # fragments, ARP/NS requests sit right after the packet they came from
+            orig = meta[M_ORIG, :m]
+            order = tx[np.lexsort((meta[M_SEQ, tx], orig[tx]))]
+            ts = b.ts[orig]
         ports = meta[M_TX, order]
-        ts = b.ts[orig]
-        offs = meta[M_OFF, :m].astype(np.int64)
-        lens = meta[M_LEN, :m].astype(np.int64)
+        offs = meta[M_OFF, :m]
+        lens = meta[M_LEN, :m]
+        first = int(ports[0])
+        if (ports == first).all():
+            self._writer(first, writers, out).write_batch(b.buf, offs, lens, ts, order)
+            return
         for p in np.unique(ports):
-            w = writers.get(int(p))
-            if w is None:
-                w = writers[int(p)] = PcapWriter(out / f"{self.cfg.interfaces[int(p)].name}.pcap")
-            sel = order if ports.size and (ports == p).all() else order[ports == p]
-            w.write_batch(b.buf, offs, lens, ts, sel)
+            self._writer(int(p), writers, out).write_batch(b.buf, offs, lens, ts, order[ports == p])
+
+    def _writer(self, p: int, writers: dict[int, PcapWriter], out: Path) -> PcapWriter:
+        w = writers.get(p)
+        if w is None:
+            w = writers[p] = PcapWriter(out / f"{self.cfg.interfaces[p].name}.pcap")
+        return w
