@@ -61,6 +61,7 @@ class IcmpConfig:
 class RouterConfig:
     workers: int = 1
     vector_size: int = 256
+    tx: str = "auto"  # auto | ring | sendmmsg
 
 
 @dataclass
@@ -219,8 +220,10 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
             raise r.err("weights", "one integer weight 1..64 per next hop in via")
         buckets = sum(weights) if weights is not None else len(via)
         if buckets > 64:  # the load-balance holds at most 64 ECMP buckets
-            raise r.err("weights" if weights is not None else "via",
-                        f"ECMP paths add up to {buckets} buckets, at most 64")
+            raise r.err(
+                "weights" if weights is not None else "via",
+                f"ECMP paths add up to {buckets} buckets, at most 64",
+            )
         routes.append(
             RouteConfig(prefix, via, dev, r.int_range("table", 0, 0, 2**32 - 1), weights, blackhole)
         )
@@ -241,9 +244,12 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         icmp = IcmpConfig(r.int_range("rate", 1000, 0, 10**7), r.int_range("burst", 50, 0, 10**6))
     router = RouterConfig()
     if "router" in data:
-        r = _Reader(path, "router", data["router"], {"workers", "vector_size"})
+        r = _Reader(path, "router", data["router"], {"workers", "vector_size", "tx"})
+        tx = r.get("tx", str, "auto")
+        if tx not in ("auto", "ring", "sendmmsg"):
+            raise r.err("tx", f"{tx!r}: expected auto, ring or sendmmsg")
         router = RouterConfig(
-            r.int_range("workers", 1, 1, 64), r.int_range("vector_size", 256, 1, 4096)
+            r.int_range("workers", 1, 1, 64), r.int_range("vector_size", 256, 1, 4096), tx
         )
     control = ControlConfig()
     if "control" in data:

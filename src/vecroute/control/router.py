@@ -68,6 +68,14 @@ def _sysctl(path: str, value: str) -> None:
         log.warning("cannot set %s=%s: %s", path, value, e.strerror)
 
 
+def tx_mode(ifname: str, configured: str) -> str:
+    """``auto``: sendmmsg on virtual devices (veth, tap: the kernel copies TX-ring frames
+    into new pages there anyway), the zero-copy TX ring on devices with hardware."""
+    if configured != "auto":
+        return configured
+    return "ring" if Path(f"/sys/class/net/{ifname}/device").exists() else "sendmmsg"
+
+
 def prepare_port(ifname: str) -> None:
     """Make the kernel keep its hands off a router port (see the module docstring)."""
     _sysctl(f"net.ipv4.conf.{ifname}.arp_ignore", "8")
@@ -208,7 +216,12 @@ class LiveRouter:
     def _open_sockets(self, fanout: int | None) -> list:
         from vecroute.io.af_packet import PacketSocket
 
-        return [PacketSocket(itf.name, fanout_group=fanout) for itf in self.cfg.interfaces]
+        return [
+            PacketSocket(
+                itf.name, fanout_group=fanout, tx_mode=tx_mode(itf.name, self.cfg.router.tx)
+            )
+            for itf in self.cfg.interfaces
+        ]
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -460,7 +473,9 @@ def _worker_main(
     fib.journal = None
     # a fanout group belongs to one device: one group id per interface
     socks = [
-        PacketSocket(itf.name, fanout_group=(group + ifx) & 0xFFFF)
+        PacketSocket(
+            itf.name, fanout_group=(group + ifx) & 0xFFFF, tx_mode=tx_mode(itf.name, cfg.router.tx)
+        )
         for ifx, itf in enumerate(cfg.interfaces)
     ]
     fwd = Forwarder(fib, socks, cfg.router.vector_size, shm.attach(fib.state()))

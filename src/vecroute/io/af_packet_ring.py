@@ -430,6 +430,34 @@ def batch_to_tx_ring(
     return queued
 
 
+@njit(cache=True)
+def batch_to_mmsg(
+    mm, iov, mm_addr, iov_addr, buf, buf_addr, meta, index, start, count, stats
+) -> int:
+    """Fill struct mmsghdr / iovec arrays (one message, one iovec per frame, pointing into
+    the batch buffer) for frames index[start:count]; returns (messages filled, next start)."""
+    n = 0
+    cap = mm.shape[0]
+    j = start
+    while j < count and n < cap:
+        i = index[j]
+        off = np.int64(meta[M_OFF, i])
+        ln = np.int64(meta[M_LEN, i])
+        j += 1
+        if ln < 14 or off < 0 or off + ln > buf.shape[0]:
+            stats[S_TX_TOO_LONG] += 1
+            continue
+        iov[n, 0] = np.uint64(buf_addr) + np.uint64(off)
+        iov[n, 1] = np.uint64(ln)
+        for w in range(8):
+            mm[n, w] = np.uint64(0)
+        mm[n, 2] = np.uint64(iov_addr) + np.uint64(16 * n)  # msg_iov
+        mm[n, 3] = np.uint64(1)  # msg_iovlen
+        stats[S_TX_BYTES] += ln
+        n += 1
+    return n, j
+
+
 def warm() -> None:
     """Compile (or load from the numba cache) the ring kernels with the argument types
     PacketSocket passes, on a synthetic ring: call it from the warm-up step so that
