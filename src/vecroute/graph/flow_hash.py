@@ -8,10 +8,14 @@ import numpy as np
 from numba import njit
 
 from vecroute.packet.batch import F_FRAG, M_FLAGS, M_L3, M_L4, M_LEN, M_OFF, M_PROTO
-from vecroute.packet.headers import PROTO_TCP, PROTO_UDP, rd32
+from vecroute.packet.headers import PROTO_TCP, PROTO_UDP, rd32, rd64
 
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
+_K1 = np.uint64(0x9E3779B97F4A7C15)
+_K2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_K3 = np.uint64(0x165667B19E3779F9)
+_K4 = np.uint64(0x27D4EB2F165667C5)
 
 
 @njit(cache=True, inline="always")
@@ -56,9 +60,9 @@ def flow_hash4(buf, meta, i) -> np.uint32:
 @njit(cache=True)
 def flow_hash6(buf, meta, i) -> np.uint32:
     l3 = meta[M_L3, i]
-    h = np.uint64(0x9E3779B97F4A7C15)
-    for w in range(8):
-        h = mix64(h ^ np.uint64(rd32(buf, l3 + 8 + 4 * w)))
+    # the four address words, each multiplied by its own odd constant so that swapping or
+    # repeating words does not cancel out, then two mixing rounds (was nine: 40 ns/packet)
+    a = (rd64(buf, l3 + 8) * _K1 + rd64(buf, l3 + 16) * _K2 + rd64(buf, l3 + 24) * _K3
+         + rd64(buf, l3 + 32) * _K4)
     b = (_ports(buf, meta, i) << np.uint64(8)) | np.uint64(meta[M_PROTO, i] & 0xFF)
-    h = mix64(h ^ b)
-    return _nonzero32(h)
+    return _nonzero32(mix64(a ^ mix64(b)))

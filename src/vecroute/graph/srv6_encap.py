@@ -16,12 +16,17 @@ from numba import njit
 from vecroute.fib.lpm import lpm6_lookup
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import flow_hash4, flow_hash6
-from vecroute.graph.frames import drop, icmp_error
-from vecroute.graph.lookup import pick_adjacency, to_adjacency
+from vecroute.graph.frames import drop, enqueue, icmp_error
+from vecroute.graph.lookup import to_adjacency
+from vecroute.graph.node_ids import IP6_REWRITE
 from vecroute.graph.state import (
     A_IF,
     A_NH4,
+    A_TYPE,
+    ADJ_REWRITE,
     I_MTU,
+    LB_N,
+    LB_START,
     LIST_FIB,
     LIST_HDRLEN,
     LIST_SRH,
@@ -59,32 +64,33 @@ from vecroute.packet.headers import (
     wr16,
     wr32,
 )
+from vecroute.packet.intrinsics import memcpy
 
 
-@njit(cache=True, inline="always")
-def first_hop(dp, lst, h, gen) -> int:
-    """The cached load-balance of the route to the list's first segment -> an adjacency."""
-    if dp.sr_cache[lst, 0] != gen:
-        fib = dp.sr_list[lst, LIST_FIB]
-        v = -1
-        if 0 <= fib < dp.fib6_roots.shape[0]:
-            v = lpm6_lookup(dp.fib6_roots, dp.fib6_groups, fib, rd64(dp.sr_hdr[lst], 24),
-                            rd64(dp.sr_hdr[lst], 32))
-        dp.sr_cache[lst, 0] = gen
-        dp.sr_cache[lst, 1] = v
-    v = dp.sr_cache[lst, 1]
-    if v < 0:
-        return -1
-    return pick_adjacency(dp, v, h)
+@njit(cache=True)
+def first_hop_miss(fib6_roots, fib6_groups, sr_list, sr_hdr, sr_cache, lst, gen) -> None:
+    """Look the list's first segment up again (the FIB changed): fill its cache entry."""
+    fib = sr_list[lst, LIST_FIB]
+    v = -1
+    if 0 <= fib < fib6_roots.shape[0]:
+        v = lpm6_lookup(fib6_roots, fib6_groups, fib, rd64(sr_hdr[lst], 24),
+                        rd64(sr_hdr[lst], 32))
+    sr_cache[lst, 0] = gen
+    sr_cache[lst, 1] = v
 
 
 @njit(cache=True)
 def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
+    # the arrays are taken out of dp once: handing dp to an inlined helper per packet costs a
+    # reference count update of every array it holds (about half the node's time)
     gen = dp.opts[OPT_FIB_GEN]
+    adj, ifc, lbt, lbb = dp.adj, dp.ifc, dp.lb, dp.lb_buckets
+    sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache = (
+        dp.sr_pol, dp.sr_bucket, dp.sr_list, dp.sr_hdr, dp.sr_cache)
     done = 0
     for j in range(k):
         i = work[j]
-        pol = dp.adj[meta[M_ADJ, i], A_NH4]
+        pol = adj[meta[M_ADJ, i], A_NH4]
         flags = meta[M_FLAGS, i]
         ip6 = (flags & F_IP6) != 0
         l3 = meta[M_L3, i]
@@ -94,7 +100,7 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
                 icmp_error(frames, frame_n, meta, i, ip6, C.C_TTL_EXPIRED,
                            ICMP6_TIME_EXCEEDED if ip6 else ICMP4_TIME_EXCEEDED, 0, 0)
                 continue
-        nb = dp.sr_pol[pol, POL_BN]
+        nb = sr_pol[pol, POL_BN]
         if nb == 0:
             drop(frames, frame_n, meta, i, C.C_SRV6_POLICY_EMPTY)
             continue
@@ -102,14 +108,19 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
         if h == 0:
             h = flow_hash6(buf, meta, i) if ip6 else flow_hash4(buf, meta, i)
             meta[M_HASH, i] = np.int32(h)
-        lst = dp.sr_bucket[dp.sr_pol[pol, POL_BSTART] + np.int64(h % np.uint32(nb))]
-        a = first_hop(dp, lst, h, gen)
-        if a < 0:
+        lst = sr_bucket[sr_pol[pol, POL_BSTART] + np.int64(h % np.uint32(nb))]
+        # the route to the first segment, cached per list (the seed's dst_cache)
+        if sr_cache[lst, 0] != gen:
+            first_hop_miss(dp.fib6_roots, dp.fib6_groups, sr_list, sr_hdr, sr_cache, lst, gen)
+        v = sr_cache[lst, 1]
+        if v < 0:
             drop(frames, frame_n, meta, i, C.C_SRV6_NO_ROUTE)
             continue
-        hdrlen = dp.sr_list[lst, LIST_HDRLEN]
-        ifx = dp.adj[a, A_IF]  # -1: a local SID or another policy; its node checks the MTU
-        mtu = dp.ifc[ifx, I_MTU] if ifx >= 0 else np.int32(0x7FFFFFFF)
+        nlb = lbt[v, LB_N]
+        a = lbb[lbt[v, LB_START] + (0 if nlb == 1 else np.int64(h % np.uint32(nlb)))]
+        hdrlen = sr_list[lst, LIST_HDRLEN]
+        ifx = adj[a, A_IF]  # -1: a local SID or another policy; its node checks the MTU
+        mtu = ifc[ifx, I_MTU] if ifx >= 0 else np.int32(0x7FFFFFFF)
         if iplen + hdrlen > mtu:  # the source must shrink its packets by the overhead
             if ip6:
                 icmp_error(frames, frame_n, meta, i, True, C.C_MTU_EXCEEDED,
@@ -144,14 +155,12 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
             tc = np.uint32(buf[l3 + 1])
             hlim = buf[l3 + 8]
         n = l3 - hdrlen
-        hdr = dp.sr_hdr[lst]
-        for b in range(hdrlen):
-            buf[n + b] = hdr[b]
+        memcpy(buf, n, sr_hdr, np.int64(lst) * sr_hdr.shape[1], hdrlen)  # the header, once
         wr32(buf, n, np.uint32(0x60000000) | (tc << np.uint32(20)) | (h & np.uint32(0xFFFFF)))
         wr16(buf, n + 4, hdrlen - 40 + iplen)
         buf[n + 7] = hlim
         inner = PROTO_IPV6 if ip6 else PROTO_IPIP
-        if dp.sr_list[lst, LIST_SRH]:
+        if sr_list[lst, LIST_SRH]:
             buf[n + 40] = inner
             meta[M_PROTO, i] = PROTO_ROUTING
         else:
@@ -163,5 +172,9 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
         meta[M_LEN, i] = hdrlen + iplen
         meta[M_FLAGS, i] = F_IP6 | F_HLIM_DONE | (flags & F_LOCAL_ORIGIN)
         done += 1
-        to_adjacency(frames, frame_n, meta, dp, i, a, True)
+        if adj[a, A_TYPE] == ADJ_REWRITE:
+            meta[M_ADJ, i] = a
+            enqueue(frames, frame_n, meta, IP6_REWRITE, i)
+        else:  # incomplete, glean, local SID, another policy: the lookup's dispatch
+            to_adjacency(frames, frame_n, meta, dp, i, a, True)
     dp.counters[C.C_SRV6_ENCAPSULATED] += done
