@@ -76,8 +76,7 @@ def load_classbench(path: str | Path) -> np.ndarray:
         dp = [int(x) for x in f[3].split(":")]
         pr, pm = (int(x, 16) for x in f[4].split("/"))
         fl, fm = (int(x, 16) for x in f[5].split("/"))
-        rows.append((_ip(s), int(sl), _ip(d), int(dl), sp[0], sp[1], dp[0], dp[1], pr, pm, fl,
-                     fm))
+        rows.append((_ip(s), int(sl), _ip(d), int(dl), sp[0], sp[1], dp[0], dp[1], pr, pm, fl, fm))
     return np.array(rows, np.int64).reshape(-1, CB_COLS)
 
 
@@ -94,8 +93,9 @@ def _ports(lo: int, hi: int) -> str | None:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-def to_rules(cb: np.ndarray, action: str = "allow", first_number: int = 1, step: int = 1
-             ) -> list[str]:
+def to_rules(
+    cb: np.ndarray, action: str = "allow", first_number: int = 1, step: int = 1
+) -> list[str]:
     """vecroute rule texts, numbered first_number, first_number + step, ..."""
     out = []
     for k, row in enumerate(cb.tolist()):
@@ -172,35 +172,3 @@ def gen_keys(cb: np.ndarray, n: int, seed: int = 1, hit_fraction: float = 0.5) -
     keys[pr != 6, K_TCPFLAGS] = -1
     keys[pr != 1, K_ICMPTYPE] = -1
     return keys
-
-
-def classbench_first_match(cb: np.ndarray, keys: np.ndarray, chunk: int = 4096) -> np.ndarray:
-    """Brute force (numpy, ordered scan over rules): index of the first matching rule per
-    key, ``len(cb)`` for none -- straight from the ClassBench definition."""
-    n = keys.shape[0]
-    out = np.full(n, cb.shape[0], np.int64)
-    sm = np.where(cb[:, CB_SLEN] == 0, 0, ((1 << 32) - 1) ^ ((1 << (32 - cb[:, CB_SLEN])) - 1))
-    dm = np.where(cb[:, CB_DLEN] == 0, 0, ((1 << 32) - 1) ^ ((1 << (32 - cb[:, CB_DLEN])) - 1))
-    sa, da = cb[:, CB_SRC] & sm, cb[:, CB_DST] & dm
-    full_sp = (cb[:, CB_SP_LO] == 0) & (cb[:, CB_SP_HI] == 65535)
-    full_dp = (cb[:, CB_DP_LO] == 0) & (cb[:, CB_DP_HI] == 65535)
-    for a in range(0, n, chunk):
-        k = keys[a:a + chunk]
-        s = k[:, K_SRC_LO][:, None]
-        d = k[:, K_DST_LO][:, None]
-        sp = k[:, K_SPORT][:, None]
-        dp = k[:, K_DPORT][:, None]
-        pr = k[:, K_PROTO][:, None]
-        tf = k[:, K_TCPFLAGS][:, None]
-        it = k[:, K_ICMPTYPE][:, None]
-        m = ((s & sm) == sa) & ((d & dm) == da)
-        m &= np.where(sp < 0, full_sp, (cb[:, CB_SP_LO] <= sp) & (sp <= cb[:, CB_SP_HI]))
-        m &= np.where(dp < 0, full_dp, (cb[:, CB_DP_LO] <= dp) & (dp <= cb[:, CB_DP_HI]))
-        m &= (pr & cb[:, CB_PMASK]) == (cb[:, CB_PROTO] & cb[:, CB_PMASK])
-        fm, fv = cb[:, CB_FMASK] >> 8, cb[:, CB_FLAGS] >> 8
-        pkt_f = np.where(pr == 6, tf, np.where(pr == 1, it, 0))
-        m &= (fm == 0) | ((pkt_f & fm) == (fv & fm))
-        hit = m.any(axis=1)
-        first = m.argmax(axis=1)
-        out[a:a + chunk] = np.where(hit, first, cb.shape[0])
-    return out

@@ -7,46 +7,62 @@ The data path sees one flat set of numpy arrays, the ``FW`` namedtuple (same pat
 graph's ``DP``: pass the arrays flat across the Python/numba boundary, build the tuple inside
 compiled code)::
 
-    fw = FW(*firewall.args())                  # Python: firewall.args() is a flat tuple
-    fw_batch(fw, keys, n, direction, now, verdicts, rules, aux)        # @njit, a whole vector
-    verdict, rule, aux = fw_classify(fw, keys, i, direction, now)     # @njit, row i of keys
+    args = firewall.args()                     # Python: the FW arrays, flat, in field order
+    fw = FW(*args)                             # inside @njit code
+    extract_keys(buf, meta, work, k, keys)     # @njit (vecroute.firewall.keys)
+    fw_batch(fw, keys, k, direction, now, verdicts, rules, aux)      # @njit, a whole vector
+    verdict, rule, aux = fw_classify(fw, keys, i, direction, now)   # @njit, one row
 
 - ``keys``: ``int64[>= n, K_COLS]``, one row per packet, columns in
-  :mod:`vecroute.firewall.keys` (``extract_keys(buf, meta, work, k, keys)`` fills them from a
-  batch after ip4-input/ip6-input, or after a lookup for the output direction).
+  :mod:`vecroute.firewall.keys` (``K_FAMILY, K_SRC_HI, K_SRC_LO, K_DST_HI, K_DST_LO,
+  K_PROTO, K_SPORT, K_DPORT, K_TCPFLAGS, K_ICMPTYPE, K_TTL, K_FRAG, K_RX, K_TX, K_LEN``;
+  ``K_COLS`` = 15). ``extract_keys`` fills them from a batch after ip4-input/ip6-input (or
+  after the lookup, where ``M_TX`` is set, for the output direction).
 - ``direction``: ``DIR_IN`` (0, after ip4/ip6-input) or ``DIR_OUT`` (1, after the lookup,
-  with ``K_TX`` set to the transmit interface).
-- ``now``: the batch clock in ns (``int64``); rule last-match times and state expiries use it.
-- outputs (``int32[>= n]`` each): ``verdicts[i]`` is ``V_PASS`` (0), ``V_DROP`` (1),
+  ``K_TX`` = the transmit interface).
+- ``now``: the batch clock in ns (``int64``); last-match times and state expiries use it.
+- outputs, ``int32[>= n]`` each: ``verdicts[i]`` is ``V_PASS`` (0), ``V_DROP`` (1),
   ``V_REJECT`` (2) or ``V_RESET`` (3); ``rules[i]`` the index of the deciding rule
-  (``firewall.rule_at(index)``; the default rule 65535 is the last index); ``aux[i]``:
-  for V_REJECT the ICMP error to send as ``type << 8 | code`` (ICMP type 3 for IPv4, ICMPv6
-  type 1 for IPv6 -- the same encoding as the batch's ``M_AUX``); for V_DROP the reason
-  (``DROP_RULE`` 0: a deny/reset/unreach rule, ``DROP_STATE_FULL`` 1: keep-state could not
-  create a state); 0 otherwise. V_RESET: answer with a TCP RST (only ever returned for a TCP
-  packet with its header present and without RST set; otherwise ``reset`` gives V_DROP).
-- side effects inside the kernel: per-rule counters ``cnt[rule] = (packets, bytes, last match
-  ns)`` for every matching count rule and the deciding rule; dynamic states created,
-  refreshed and reclaimed (``st``, ``ctl``, see :mod:`vecroute.firewall.states`); each
-  ``fw_batch`` call first sweeps ``ctl[FC_SWEEP]`` state rows.
+  (``Firewall.rule_at(index)``; the default rule 65535 has the last index);
+  ``aux[i]``: for V_REJECT the ICMP error to send as ``type << 8 | code`` (ICMP type 3 for
+  IPv4, ICMPv6 type 1 for IPv6 -- the encoding of the batch's ``M_AUX``); for V_DROP the
+  reason, ``DROP_RULE`` (0: deny / unreach-less drop / reset of a non-TCP packet) or
+  ``DROP_STATE_FULL`` (1: keep-state found ``max_states`` states); 0 otherwise. V_RESET:
+  answer with a TCP RST; only returned for a TCP packet whose header is there (first
+  fragment) and has no RST itself -- ``reset`` gives V_DROP otherwise.
+- side effects: per-rule counters ``cnt[rule] = (packets, bytes, last match ns)`` for
+  every ``count`` rule passed and the deciding rule (a state match counts for the rule
+  that created the state); states created, refreshed and reclaimed (``st``, ``ctl``: see
+  :mod:`vecroute.firewall.states`); each ``fw_batch`` first sweeps ``ctl[FC_SWEEP]``
+  state rows. Between batches, call ``Firewall.maintain()`` (grows the state table) and
+  re-read ``Firewall.args()`` when ``Firewall.generation`` changed.
+- ``fw_batch`` is the fast path: it unpacks the tuple once and runs the per-packet code
+  without reference counting (``_nrt=False``). ``fw_classify`` unpacks it per call. Note
+  for callers: CPython compiles a call with more than 30 positional arguments as
+  ``f(*args)``; numba accepts that for ordinary calls but not for ``inline="always"`` ones.
 
-``FW`` fields (all read-only for the data path except ``cnt``, ``st`` and ``ctl``):
+``FW`` fields (read-only for the data path except ``cnt``, ``st`` and ``ctl``):
 
 ================  ========================================================================
-c4                int32 IPv4 class table: DIR-16 top levels (source, destination) + the
-                  sorted class boundaries of the /16 blocks that have some
-cl6_roots/groups  IPv6 class tries
-cmap              int32: header (LPM table indices) + sport/dport map (65537 entries each,
-                  the last one = "no port") + meta map (direction x family x protocol)
-bm, ag            uint64 bit vectors: ``bm[row, w]`` bit b = rule ``64 w + b`` accepts this
-                  class; ``ag[row, a]`` bit j = ``bm[row, 64 a + j] != 0`` (aggregate)
+c4                int32 IPv4 class table: DIR-16 top levels (source, destination), then
+                  the sorted class boundaries of the /16 blocks that have some
+cl6_roots/groups  IPv6 class tries (an :class:`~vecroute.fib.lpm.Lpm`)
+cmap              int32: header (IPv6 trie indices, constant rows, candidate list), then
+                  the source/destination port maps (65537 entries, the last = "no port")
+                  and the meta map (direction x family x protocol, 1028 entries)
+bm, ag            uint64 bit vectors per class row; the rules are split in 4 groups, each
+                  with its own words: ``bm[row, woff + w]`` bit b = the group's rule
+                  ``64 w + b`` accepts the class, ``ag`` bit j = that word is not 0
+grp, glist, gpos  the groups: word offsets and sizes, the rule index of each group member
+                  (then the constant candidate list, if any), the members before a rule
 rinfo             int64 per rule: number, action, argument, flags, residual program span
-prog              int64 residual program rows (tables, interfaces, TCP flags, ICMP types ...)
+prog              int64 residual program rows (tables, interfaces, TCP flags, ICMP types,
+                  TTL, frag)
 probes            int32 sorted indices of check-state / keep-state rules, then a sentinel
 cnt               int64[n_rules, 3] packets, bytes, last match (ns)
 t4_*/t6_*/t_idx   lookup tables (:mod:`vecroute.firewall.tables`)
-nt, if_tab        number tables (hash) and iface tables
-st, ctl           dynamic states and their control/counter row
+nt, if_tab        number tables (one hash) and iface tables
+st, ctl           dynamic states and their control/counter row (per worker)
 ================  ========================================================================
 
 Algorithm
@@ -55,38 +71,44 @@ Algorithm
 Five fields are indexed: source address, destination address, source port, destination
 port, and "meta" (direction x address family x protocol). Each field's values are cut into
 equivalence classes (RFC-style): for addresses, the class of an address is its longest
-matching prefix among all prefixes the rules mention (so one LPM lookup in a small trie
-gives it, and a rule's prefix covers a contiguous run of classes in pre-order); for ports,
-the elementary intervals between range endpoints (plus "no port"); for meta, the 1028 raw
-values, deduplicated. Each class owns a bit vector with one bit per rule: set when the
-rule's condition on that field accepts the class. ``not``, lists and ``me`` are exact
-(``me`` expands to the router's addresses at compile time); conditions the index cannot
-express (tables, interfaces, TCP flags, ICMP types, TTL, frag) leave the field "any" in the
-index and become a short residual program checked for candidate rules only.
+matching prefix among the prefixes the rules mention (a rule's prefix covers a contiguous
+run of classes in pre-order); for ports, the elementary intervals between range endpoints
+(plus "no port"); for meta, the 1028 raw values, deduplicated. Each class owns a bit vector
+with one bit per rule, set when the rule's condition on that field accepts the class.
+``not``, lists and ``me`` are exact in the index (``me`` expands to the router's addresses
+at compile time); what the index cannot express (tables, interfaces, TCP flags, ICMP
+types, TTL, frag) leaves the field "any" and becomes a short residual program that only
+candidate rules run.
 
-Per packet: 2 LPM lookups and 3 array reads give 5 class rows; the AND of their aggregate
-words (one bit per 64 rules) points at the 64-rule words where all five agree; the AND of
-those words gives candidate rules in rule order; the first candidate whose residual program
-passes decides -- or, for ``count`` and ``skipto``, the walk goes on from the next rule or
-the skipto target (always forward, so it ends). ``check-state`` / ``keep-state`` rules are
-probe points: the first probe point the walk reaches or passes looks the state table up
-once. Cost grows with the number of candidate rules a packet has, not with the rule count:
-a 10K-rule set costs ~10K/4096 aggregate words per field plus the few words that hold
-candidates.
+Per packet: the class rows (IPv4: a DIR-16 entry, then a few boundaries; IPv6: a trie
+walk; ports and meta: one array read each; a field no rule distinguishes costs nothing);
+then, per group, the AND of the five rows' aggregate words points at the 64-rule words
+where all five agree, and the AND of those words gives candidate rules in rule order. The
+4 groups (source condition dense or not x destination condition dense or not; a rule is
+"dense" in a field when it accepts more than 10% of its classes) keep wildcard-heavy rules
+from filling every aggregate word (EffiCuts-style separability: on fw1_10k it cuts the
+words visited per packet from ~17 to ~2); the walk merges the groups' cursors in rule
+order. The first candidate whose residual program passes decides -- or, for ``count`` and
+``skipto``, the walk goes on after it or at the skipto target (always forward, so it
+ends). ``check-state`` / ``keep-state`` rules are probe points: the first one the walk
+reaches or passes looks the state table up, once. When no field distinguishes packets at
+all (e.g. only table rules), the candidates are one precomputed list. Cost grows with the
+number of candidates a packet has, not with the number of rules.
 
-Memory: ``rows x ceil(rules/64) x 8`` bytes for ``bm`` (rows ~ distinct prefixes + port
-intervals + a few meta classes): about 10-25 MB for the ClassBench 10k sets. Long address
-lists belong in tables (one rule, O(1) lookup), not in rules.
+Memory: ``rows x words x 8`` bytes for ``bm`` (rows ~ distinct prefixes + port intervals +
+a few meta classes; words ~ rules / 64 + 4): 6-12 MB for the ClassBench 10k sets. Long
+address lists belong in tables (one rule, O(1) lookup), not in rules.
 
-Updates: :func:`compile_rules` builds everything from scratch (vectorised; the 10k
-ClassBench sets in well under a second). :func:`insert_rule` / :func:`delete_rule` update a
-copy incrementally instead: they shift the bit columns after the position by one, create
-the classes the new rule needs by splitting existing ones (a new prefix copies the row of
-its covering class; a new port range or meta value copies the rows it splits), set the new
-rule's bits and refresh the aggregates -- O(size of the bit vectors), no re-lowering of the
-other rules. Either way the data path keeps using the old arrays until the caller swaps in
-the new ``CompiledFirewall`` (build aside, swap a reference). Classes left unused by
-deletions stay until the next full compile.
+Updates: :func:`compile_rules` builds everything from scratch (vectorised; a 10K-rule set in
+about a second). :func:`insert_rule` / :func:`delete_rule_at` update a copy incrementally:
+they shift the bits after the rule's position in its group by one, create the classes the
+new rule needs by splitting existing ones (a new prefix copies the row of its covering
+class; a new port range or meta value copies the rows it splits), set the new rule's bits
+and refresh the aggregates -- O(size of the bit vectors), no re-lowering of the other
+rules (~50-100 ms on 10K rules vs ~1 s). Either way the data path keeps the old arrays
+until the caller swaps in the new ``CompiledFirewall`` (build aside, swap a reference).
+``Firewall`` compiles from scratch every 256 incremental updates, which also drops the
+classes that deletions left unused.
 """
 
 from __future__ import annotations
@@ -96,7 +118,7 @@ import copy
 from collections import namedtuple
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv6Address, ip_address
+from ipaddress import IPv4Address, IPv6Address
 
 import numpy as np
 from llvmlite import ir
@@ -104,7 +126,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from vecroute.fib.lpm import Lpm, lpm6_lookup
+from vecroute.fib.lpm import Lpm
 from vecroute.firewall.keys import (
     FRAG_NONFIRST,
     K_DPORT,
@@ -135,7 +157,6 @@ from vecroute.firewall.states import (
     FC_COUNT,
     FC_HITS,
     FC_ROWS,
-    FC_SCRATCH,
     FC_SWEEP,
     ST_RULE,
     state_find,
@@ -147,6 +168,7 @@ from vecroute.firewall.states import (
 from vecroute.firewall.tables import (
     TABLE_TYPES,
     FwTables,
+    lpm6_get,
     table_addr_lookup,
     table_iface_lookup,
     table_number_lookup,
@@ -171,9 +193,17 @@ A_RESET = 3
 A_COUNT = 4
 A_SKIPTO = 5  # RI_ARG = target rule index, -1 = tablearg
 A_CHECK = 6
-ACTION_CODES = {"allow": A_ALLOW, "deny": A_DENY, "reject": A_REJECT, "unreach": A_REJECT,
-                "unreach6": A_REJECT, "reset": A_RESET, "count": A_COUNT, "skipto": A_SKIPTO,
-                "check-state": A_CHECK}
+ACTION_CODES = {
+    "allow": A_ALLOW,
+    "deny": A_DENY,
+    "reject": A_REJECT,
+    "unreach": A_REJECT,
+    "unreach6": A_REJECT,
+    "reset": A_RESET,
+    "count": A_COUNT,
+    "skipto": A_SKIPTO,
+    "check-state": A_CHECK,
+}
 
 RI_NUM = 0
 RI_ACT = 1
@@ -213,7 +243,10 @@ C4_SRC = 0  # c4: the source top level (65536 entries), then the destination's
 C4_DST = 65536
 CM_SRC6 = 2
 CM_DST6 = 3
-CM_HDR = 8
+CM_CONST = 4  # 4..8: the one row of a field whose classes all have the same bits, else -1
+CM_LIST = 9  # all five fields constant: the candidates' offset in glist (else -1) ...
+CM_LIST_N = 10  # ... and their number
+CM_HDR = 11
 PORT_DOMAIN = 65537  # ports 0..65535 and 65536 = "no port"
 NO_PORT = 65536
 META_DOMAIN = 1028  # direction (2) x family (2) x protocol (256 + unknown)
@@ -239,14 +272,33 @@ G_ROFF = 4  # first glist entry
 G_N = 5  # rules in the group
 G_COLS = 6
 DENSE = 0.1  # a condition covering more than this share of a field's classes is "dense"
+GROUP_MIN = 512  # smaller rule sets stay in one group (the split pays off for long lists)
 
 FW = namedtuple(
     "FW",
     [
-        "c4", "cl6_roots", "cl6_groups", "cmap", "bm", "ag", "grp",
-        "glist", "gpos", "rinfo", "prog", "probes", "cnt",
-        "t4_roots", "t4_groups", "t6_roots", "t6_groups", "t_idx", "nt", "if_tab",
-        "st", "ctl",
+        "c4",
+        "cl6_roots",
+        "cl6_groups",
+        "cmap",
+        "bm",
+        "ag",
+        "grp",
+        "glist",
+        "gpos",
+        "rinfo",
+        "prog",
+        "probes",
+        "cnt",
+        "t4_roots",
+        "t4_groups",
+        "t6_roots",
+        "t6_groups",
+        "t_idx",
+        "nt",
+        "if_tab",
+        "st",
+        "ctl",
     ],
 )
 
@@ -312,31 +364,56 @@ def _c4_lookup(c4, top, a):
 
 @njit(cache=True, inline="always")
 def _class_rows(c4, cl6_roots, cl6_groups, cmap, keys, i, direction):
+    """The five class rows of packet i. A field no rule distinguishes (all its classes have
+    the same bits) costs no lookup: its row is in the cmap header."""
     fam = keys[i, K_FAMILY]
+    rs = np.int64(cmap[CM_CONST + F_SRC])
+    rd = np.int64(cmap[CM_CONST + F_DST])
     if fam == 6:
-        rs = lpm6_lookup(cl6_roots, cl6_groups, cmap[CM_SRC6], np.uint64(keys[i, K_SRC_HI]),
-                         np.uint64(keys[i, K_SRC_LO]))
-        rd = lpm6_lookup(cl6_roots, cl6_groups, cmap[CM_DST6], np.uint64(keys[i, K_DST_HI]),
-                         np.uint64(keys[i, K_DST_LO]))
+        if rs < 0:
+            rs = lpm6_get(
+                cl6_roots,
+                cl6_groups,
+                cmap[CM_SRC6],
+                np.uint64(keys[i, K_SRC_HI]),
+                np.uint64(keys[i, K_SRC_LO]),
+            )
+        if rd < 0:
+            rd = lpm6_get(
+                cl6_roots,
+                cl6_groups,
+                cmap[CM_DST6],
+                np.uint64(keys[i, K_DST_HI]),
+                np.uint64(keys[i, K_DST_LO]),
+            )
         fi = 257
     else:
-        rs = _c4_lookup(c4, C4_SRC, keys[i, K_SRC_LO] & 0xFFFFFFFF)
-        rd = _c4_lookup(c4, C4_DST, keys[i, K_DST_LO] & 0xFFFFFFFF)
+        if rs < 0:
+            rs = np.int64(_c4_lookup(c4, C4_SRC, keys[i, K_SRC_LO] & 0xFFFFFFFF))
+        if rd < 0:
+            rd = np.int64(_c4_lookup(c4, C4_DST, keys[i, K_DST_LO] & 0xFFFFFFFF))
         fi = 0
-    nonfirst = (keys[i, K_FRAG] & FRAG_NONFIRST) != 0
-    sp = keys[i, K_SPORT]
-    dp = keys[i, K_DPORT]
-    if nonfirst or sp < 0 or sp > 65535:
-        sp = NO_PORT
-    if nonfirst or dp < 0 or dp > 65535:
-        dp = NO_PORT
-    pr = keys[i, K_PROTO]
-    if pr < 0 or pr > 255:
-        pr = 256
-    rsp = cmap[SPORT_OFF + sp]
-    rdp = cmap[DPORT_OFF + dp]
-    rm = cmap[META_OFF + direction * 514 + fi + pr]
-    return np.int64(rs), np.int64(rd), np.int64(rsp), np.int64(rdp), np.int64(rm)
+    rsp = np.int64(cmap[CM_CONST + F_SPORT])
+    rdp = np.int64(cmap[CM_CONST + F_DPORT])
+    if rsp < 0 or rdp < 0:
+        nonfirst = (keys[i, K_FRAG] & FRAG_NONFIRST) != 0
+        if rsp < 0:
+            sp = keys[i, K_SPORT]
+            if nonfirst or sp < 0 or sp > 65535:
+                sp = NO_PORT
+            rsp = np.int64(cmap[SPORT_OFF + sp])
+        if rdp < 0:
+            dp = keys[i, K_DPORT]
+            if nonfirst or dp < 0 or dp > 65535:
+                dp = NO_PORT
+            rdp = np.int64(cmap[DPORT_OFF + dp])
+    rm = np.int64(cmap[CM_CONST + F_META])
+    if rm < 0:
+        pr = keys[i, K_PROTO]
+        if pr < 0 or pr > 255:
+            pr = 256
+        rm = np.int64(cmap[META_OFF + direction * 514 + fi + pr])
+    return rs, rd, rsp, rdp, rm
 
 
 @njit(cache=True, inline="always")
@@ -349,8 +426,14 @@ def _group_next(bm, ag, rs, rd, rsp, rdp, rm, woff, aoff, na, lpos, ng):
     a = w0 >> 6
     amask = ~((_U1 << np.uint64(w0 & 63)) - _U1)
     while a < na:
-        g = (ag[rs, aoff + a] & ag[rd, aoff + a] & ag[rsp, aoff + a] & ag[rdp, aoff + a]
-             & ag[rm, aoff + a] & amask)
+        g = (
+            ag[rs, aoff + a]
+            & ag[rd, aoff + a]
+            & ag[rsp, aoff + a]
+            & ag[rdp, aoff + a]
+            & ag[rm, aoff + a]
+            & amask
+        )
         while g:
             w = (a << 6) + np.int64(cttz(g))
             c = woff + w
@@ -366,18 +449,22 @@ def _group_next(bm, ag, rs, rd, rsp, rdp, rm, woff, aoff, na, lpos, ng):
 
 
 @njit(cache=True, inline="always")
-def _advance(bm, ag, grp, glist, scr, k, rs, rd, rsp, rdp, rm, lpos, dflt):
-    """Move group k's cursor to its first candidate with local index >= lpos."""
+def _advance(bm, ag, grp, glist, k, rs, rd, rsp, rdp, rm, lpos, dflt):
+    """Group k's first candidate with local index >= lpos: (local index, rule index), the
+    rule index being ``dflt`` when there is none."""
     n = grp[k, G_N]
-    lo = _group_next(bm, ag, rs, rd, rsp, rdp, rm, grp[k, G_WOFF], grp[k, G_AOFF],
-                     grp[k, G_NA], lpos, n)
-    scr[k] = lo
-    scr[N_GROUPS + k] = glist[grp[k, G_ROFF] + lo] if lo < n else dflt
+    if lpos >= n:
+        return n, dflt
+    lo = _group_next(
+        bm, ag, rs, rd, rsp, rdp, rm, grp[k, G_WOFF], grp[k, G_AOFF], grp[k, G_NA], lpos, n
+    )
+    return lo, (glist[grp[k, G_ROFF] + lo] if lo < n else dflt)
 
 
 @njit(cache=True, inline="always")
-def _verify(rinfo, prog, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, r, keys,
-            i, direction):
+def _verify(
+    rinfo, prog, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, r, keys, i, direction
+):
     """Run rule r's residual program. Returns (matched, tablearg)."""
     j = rinfo[r, RI_POFF]
     end = j + rinfo[r, RI_PLEN]
@@ -395,11 +482,29 @@ def _verify(rinfo, prog, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if
         nxt = j + 1
         if op == OP_ADDR_TABLE:
             if a == 0:
-                v = table_addr_lookup(t4_roots, t4_groups, t6_roots, t6_groups, t_idx, b, fam,
-                                      keys[i, K_SRC_HI], keys[i, K_SRC_LO])
+                v = table_addr_lookup(
+                    t4_roots,
+                    t4_groups,
+                    t6_roots,
+                    t6_groups,
+                    t_idx,
+                    b,
+                    fam,
+                    keys[i, K_SRC_HI],
+                    keys[i, K_SRC_LO],
+                )
             else:
-                v = table_addr_lookup(t4_roots, t4_groups, t6_roots, t6_groups, t_idx, b, fam,
-                                      keys[i, K_DST_HI], keys[i, K_DST_LO])
+                v = table_addr_lookup(
+                    t4_roots,
+                    t4_groups,
+                    t6_roots,
+                    t6_groups,
+                    t_idx,
+                    b,
+                    fam,
+                    keys[i, K_DST_HI],
+                    keys[i, K_DST_LO],
+                )
             m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
             if m:
                 targ = v
@@ -496,17 +601,46 @@ def _verdict(rinfo, r, keys, i):
             x = (3 << 8) | (codes & 255)
     elif act == A_RESET:
         f = keys[i, K_TCPFLAGS]
-        if (keys[i, K_PROTO] == 6 and f >= 0 and (keys[i, K_FRAG] & FRAG_NONFIRST) == 0
-                and (f & _TH_RST) == 0):
+        if (
+            keys[i, K_PROTO] == 6
+            and f >= 0
+            and (keys[i, K_FRAG] & FRAG_NONFIRST) == 0
+            and (f & _TH_RST) == 0
+        ):
             v = V_RESET
             x = 0
     return v, x
 
 
 @njit(cache=True, inline="always")
-def _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
-              rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt,
-              if_tab, st, ctl, keys, i, direction, now):
+def _classify(
+    c4,
+    cl6_roots,
+    cl6_groups,
+    cmap,
+    bm,
+    ag,
+    grp,
+    glist,
+    gpos,
+    rinfo,
+    prog,
+    probes,
+    cnt,
+    t4_roots,
+    t4_groups,
+    t6_roots,
+    t6_groups,
+    t_idx,
+    nt,
+    if_tab,
+    st,
+    ctl,
+    keys,
+    i,
+    direction,
+    now,
+):
     # the class rows come in ctl[FC_ROWS:] (a call may have at most 30 arguments: CPython
     # compiles longer calls as f(*args), which numba's inliner refuses)
     rs = ctl[FC_ROWS]
@@ -516,85 +650,247 @@ def _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
     rm = ctl[FC_ROWS + 4]
     dflt = rinfo.shape[0] - 1
     length = keys[i, K_LEN]
-    scr = ctl[FC_SCRATCH:FC_SCRATCH + 2 * N_GROUPS]  # local cursor, global index per group
-    for k in range(N_GROUPS):
-        _advance(bm, ag, grp, glist, scr, k, rs, rd, rsp, rdp, rm, 0, dflt)
+    # one cursor per rule group (local index, rule index); the next candidate is the smallest
+    l0, g0 = _advance(bm, ag, grp, glist, 0, rs, rd, rsp, rdp, rm, 0, dflt)
+    l1, g1 = _advance(bm, ag, grp, glist, 1, rs, rd, rsp, rdp, rm, 0, dflt)
+    l2, g2 = _advance(bm, ag, grp, glist, 2, rs, rd, rsp, rdp, rm, 0, dflt)
+    l3, g3 = _advance(bm, ag, grp, glist, 3, rs, rd, rsp, rdp, rm, 0, dflt)
     pc = 0
     probed = probes[0] > dflt  # no probe points: never look states up
     srow = -1
     pos = 0
     sab = False
     sk0 = sk1 = sk2 = sk3 = sk4 = sk5 = np.int64(0)
-    decided = -1  # the rule whose action decides
-    while decided < 0:
-        # the next candidate: the smallest group cursor
-        kg = 0
-        r = scr[N_GROUPS]
-        for k in range(1, N_GROUPS):
-            if scr[N_GROUPS + k] < r:
-                r = scr[N_GROUPS + k]
-                kg = k
+    decided = dflt
+    while True:
+        r = min(min(g0, g1), min(g2, g3))
+        nxt = -1  # a skipto target; -1: go on after r
         if not probed:
             while probes[pc] < pos:
                 pc += 1
-            if probes[pc] <= r:
+            if probes[pc] <= r:  # the walk reaches or passes a probe point: look up once
                 probed = True
+                nf = (keys[i, K_FRAG] & FRAG_NONFIRST) != 0
                 sk0, sk1, sk2, sk3, sk4, sk5, sab = state_key(
-                    keys[i, K_FAMILY], keys[i, K_SRC_HI], keys[i, K_SRC_LO], keys[i, K_SPORT],
-                    keys[i, K_DST_HI], keys[i, K_DST_LO], keys[i, K_DPORT], keys[i, K_PROTO])
-                if keys[i, K_FRAG] & FRAG_NONFIRST:
-                    sk4 = 0
+                    keys[i, K_FAMILY],
+                    keys[i, K_SRC_HI],
+                    keys[i, K_SRC_LO],
+                    -1 if nf else keys[i, K_SPORT],
+                    keys[i, K_DST_HI],
+                    keys[i, K_DST_LO],
+                    -1 if nf else keys[i, K_DPORT],
+                    keys[i, K_PROTO],
+                )
                 srow = state_find(st, ctl, sk0, sk1, sk2, sk3, sk4, sk5, now)
                 if srow >= 0:
                     q = st[srow, ST_RULE]
-                    state_update(st, ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS],
-                                 length, now)
+                    state_update(
+                        st, ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS], length, now
+                    )
                     ctl[FC_HITS] += 1
                     _count(cnt, q, length, now)
-                    if rinfo[q, RI_ACT] == A_SKIPTO:
-                        pos = rinfo[q, RI_ARG]
-                        for k in range(N_GROUPS):
-                            if scr[N_GROUPS + k] < pos:
-                                _advance(bm, ag, grp, glist, scr, k, rs, rd, rsp, rdp, rm,
-                                         gpos[k, pos], dflt)
-                        continue
-                    decided = q
-                    break
-        if r >= dflt:
-            _count(cnt, dflt, length, now)
-            decided = dflt
-            break
-        flags = rinfo[r, RI_FLAGS]
-        targ = np.int64(0)
-        ok = True
-        if flags & RF_CHECK:
-            ok, targ = _verify(rinfo, prog, t4_roots, t4_groups, t6_roots, t6_groups, t_idx,
-                               nt, if_tab, r, keys, i, direction)
-        act = rinfo[r, RI_ACT]
-        if ok:
-            if (flags & RF_KEEP) and srow < 0:
-                srow = state_insert(st, ctl, sk0, sk1, sk2, sk3, sk4, sk5, sab, r, now)
-                if srow < 0:
-                    _count(cnt, r, length, now)
-                    return V_DROP, r, np.int64(DROP_STATE_FULL)
-                state_update(st, ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS],
-                             length, now)
-            _count(cnt, r, length, now)
-            if act == A_SKIPTO:
-                t = rinfo[r, RI_ARG]
-                if t < 0:
-                    t = _find_number(rinfo, max(targ, rinfo[r, RI_NUM] + 1))
-                pos = t
-                for k in range(N_GROUPS):
-                    if scr[N_GROUPS + k] < pos:
-                        _advance(bm, ag, grp, glist, scr, k, rs, rd, rsp, rdp, rm,
-                                 gpos[k, pos], dflt)
-                continue
-            if act != A_COUNT and act != A_CHECK:
-                decided = r
+                    if rinfo[q, RI_ACT] != A_SKIPTO:
+                        decided = q
+                        break
+                    nxt = rinfo[q, RI_ARG]
+        if nxt < 0:
+            if r >= dflt:
+                _count(cnt, dflt, length, now)
+                decided = dflt
                 break
-        pos = r + 1
-        _advance(bm, ag, grp, glist, scr, kg, rs, rd, rsp, rdp, rm, scr[kg] + 1, dflt)
+            flags = rinfo[r, RI_FLAGS]
+            targ = np.int64(0)
+            ok = True
+            if flags & RF_CHECK:
+                ok, targ = _verify(
+                    rinfo,
+                    prog,
+                    t4_roots,
+                    t4_groups,
+                    t6_roots,
+                    t6_groups,
+                    t_idx,
+                    nt,
+                    if_tab,
+                    r,
+                    keys,
+                    i,
+                    direction,
+                )
+            if ok:
+                if (flags & RF_KEEP) and srow < 0:
+                    srow = state_insert(st, ctl, sk0, sk1, sk2, sk3, sk4, sk5, sab, r, now)
+                    if srow < 0:
+                        _count(cnt, r, length, now)
+                        return V_DROP, r, np.int64(DROP_STATE_FULL)
+                    state_update(
+                        st, ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS], length, now
+                    )
+                _count(cnt, r, length, now)
+                act = rinfo[r, RI_ACT]
+                if act == A_SKIPTO:
+                    nxt = rinfo[r, RI_ARG]
+                    if nxt < 0:  # tablearg
+                        nxt = _find_number(rinfo, max(targ, rinfo[r, RI_NUM] + 1))
+                elif act != A_COUNT and act != A_CHECK:
+                    decided = r
+                    break
+        if nxt < 0:  # on after r: only r's group moves
+            pos = r + 1
+            if g0 == r:
+                l0, g0 = _advance(bm, ag, grp, glist, 0, rs, rd, rsp, rdp, rm, l0 + 1, dflt)
+            elif g1 == r:
+                l1, g1 = _advance(bm, ag, grp, glist, 1, rs, rd, rsp, rdp, rm, l1 + 1, dflt)
+            elif g2 == r:
+                l2, g2 = _advance(bm, ag, grp, glist, 2, rs, rd, rsp, rdp, rm, l2 + 1, dflt)
+            else:
+                l3, g3 = _advance(bm, ag, grp, glist, 3, rs, rd, rsp, rdp, rm, l3 + 1, dflt)
+        else:  # skipto: every group behind the target moves
+            pos = nxt
+            if g0 < pos:
+                l0, g0 = _advance(bm, ag, grp, glist, 0, rs, rd, rsp, rdp, rm, gpos[0, pos], dflt)
+            if g1 < pos:
+                l1, g1 = _advance(bm, ag, grp, glist, 1, rs, rd, rsp, rdp, rm, gpos[1, pos], dflt)
+            if g2 < pos:
+                l2, g2 = _advance(bm, ag, grp, glist, 2, rs, rd, rsp, rdp, rm, gpos[2, pos], dflt)
+            if g3 < pos:
+                l3, g3 = _advance(bm, ag, grp, glist, 3, rs, rd, rsp, rdp, rm, gpos[3, pos], dflt)
+    verdict, x = _verdict(rinfo, decided, keys, i)
+    return verdict, decided, x
+
+
+@njit(cache=True, inline="always")
+def _classify_list(
+    c4,
+    cl6_roots,
+    cl6_groups,
+    cmap,
+    bm,
+    ag,
+    grp,
+    glist,
+    gpos,
+    rinfo,
+    prog,
+    probes,
+    cnt,
+    t4_roots,
+    t4_groups,
+    t6_roots,
+    t6_groups,
+    t_idx,
+    nt,
+    if_tab,
+    st,
+    ctl,
+    keys,
+    i,
+    direction,
+    now,
+):
+    # the class rows come in ctl[FC_ROWS:] (a call may have at most 30 arguments: CPython
+    # compiles longer calls as f(*args), which numba's inliner refuses)
+    dflt = rinfo.shape[0] - 1
+    length = keys[i, K_LEN]
+    # no field distinguishes packets: the candidates are the same list for every packet
+    lst = cmap[CM_LIST]
+    nl = cmap[CM_LIST_N]
+    l0 = 0
+    r = np.int64(glist[lst]) if nl > 0 else dflt
+    pc = 0
+    probed = probes[0] > dflt  # no probe points: never look states up
+    srow = -1
+    pos = 0
+    sab = False
+    sk0 = sk1 = sk2 = sk3 = sk4 = sk5 = np.int64(0)
+    decided = dflt
+    while True:
+        nxt = -1  # a skipto target; -1: go on after r
+        if not probed:
+            while probes[pc] < pos:
+                pc += 1
+            if probes[pc] <= r:  # the walk reaches or passes a probe point: look up once
+                probed = True
+                nf = (keys[i, K_FRAG] & FRAG_NONFIRST) != 0
+                sk0, sk1, sk2, sk3, sk4, sk5, sab = state_key(
+                    keys[i, K_FAMILY],
+                    keys[i, K_SRC_HI],
+                    keys[i, K_SRC_LO],
+                    -1 if nf else keys[i, K_SPORT],
+                    keys[i, K_DST_HI],
+                    keys[i, K_DST_LO],
+                    -1 if nf else keys[i, K_DPORT],
+                    keys[i, K_PROTO],
+                )
+                srow = state_find(st, ctl, sk0, sk1, sk2, sk3, sk4, sk5, now)
+                if srow >= 0:
+                    q = st[srow, ST_RULE]
+                    state_update(
+                        st, ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS], length, now
+                    )
+                    ctl[FC_HITS] += 1
+                    _count(cnt, q, length, now)
+                    if rinfo[q, RI_ACT] != A_SKIPTO:
+                        decided = q
+                        break
+                    nxt = rinfo[q, RI_ARG]
+        if nxt < 0:
+            if r >= dflt:
+                _count(cnt, dflt, length, now)
+                decided = dflt
+                break
+            flags = rinfo[r, RI_FLAGS]
+            targ = np.int64(0)
+            ok = True
+            if flags & RF_CHECK:
+                ok, targ = _verify(
+                    rinfo,
+                    prog,
+                    t4_roots,
+                    t4_groups,
+                    t6_roots,
+                    t6_groups,
+                    t_idx,
+                    nt,
+                    if_tab,
+                    r,
+                    keys,
+                    i,
+                    direction,
+                )
+            if ok:
+                if (flags & RF_KEEP) and srow < 0:
+                    srow = state_insert(st, ctl, sk0, sk1, sk2, sk3, sk4, sk5, sab, r, now)
+                    if srow < 0:
+                        _count(cnt, r, length, now)
+                        return V_DROP, r, np.int64(DROP_STATE_FULL)
+                    state_update(
+                        st, ctl, srow, sab, keys[i, K_PROTO], keys[i, K_TCPFLAGS], length, now
+                    )
+                _count(cnt, r, length, now)
+                act = rinfo[r, RI_ACT]
+                if act == A_SKIPTO:
+                    nxt = rinfo[r, RI_ARG]
+                    if nxt < 0:  # tablearg
+                        nxt = _find_number(rinfo, max(targ, rinfo[r, RI_NUM] + 1))
+                elif act != A_COUNT and act != A_CHECK:
+                    decided = r
+                    break
+        if nxt < 0:
+            pos = r + 1
+            l0 += 1
+        else:  # skipto: the first candidate >= the target
+            pos = nxt
+            lo = l0
+            hi = nl
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if glist[lst + mid] < pos:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            l0 = lo
+        r = np.int64(glist[lst + l0]) if l0 < nl else dflt
     verdict, x = _verdict(rinfo, decided, keys, i)
     return verdict, decided, x
 
@@ -610,16 +906,103 @@ def _rows_to_ctl(c4, cl6_roots, cl6_groups, cmap, ctl, keys, i, direction):
 
 
 @njit(cache=True, _nrt=False)
-def _batch(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
-           prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
-           ctl, keys, n, direction, now, verdicts, rules, aux):
+def _batch(
+    c4,
+    cl6_roots,
+    cl6_groups,
+    cmap,
+    bm,
+    ag,
+    grp,
+    glist,
+    gpos,
+    rinfo,
+    prog,
+    probes,
+    cnt,
+    t4_roots,
+    t4_groups,
+    t6_roots,
+    t6_groups,
+    t_idx,
+    nt,
+    if_tab,
+    st,
+    ctl,
+    keys,
+    n,
+    direction,
+    now,
+    verdicts,
+    rules,
+    aux,
+):
     if ctl[FC_COUNT] > 0:
         sweep_states(st, ctl, now, ctl[FC_SWEEP])
+    if cmap[CM_LIST] >= 0:  # no field distinguishes packets: one candidate list
+        for i in range(n):
+            v, r, a = _classify_list(
+                c4,
+                cl6_roots,
+                cl6_groups,
+                cmap,
+                bm,
+                ag,
+                grp,
+                glist,
+                gpos,
+                rinfo,
+                prog,
+                probes,
+                cnt,
+                t4_roots,
+                t4_groups,
+                t6_roots,
+                t6_groups,
+                t_idx,
+                nt,
+                if_tab,
+                st,
+                ctl,
+                keys,
+                i,
+                direction,
+                now,
+            )
+            verdicts[i] = v
+            rules[i] = r
+            aux[i] = a
+        return
     for i in range(n):
         _rows_to_ctl(c4, cl6_roots, cl6_groups, cmap, ctl, keys, i, direction)
-        v, r, a = _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
-                            rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots,
-                            t6_groups, t_idx, nt, if_tab, st, ctl, keys, i, direction, now)
+        v, r, a = _classify(
+            c4,
+            cl6_roots,
+            cl6_groups,
+            cmap,
+            bm,
+            ag,
+            grp,
+            glist,
+            gpos,
+            rinfo,
+            prog,
+            probes,
+            cnt,
+            t4_roots,
+            t4_groups,
+            t6_roots,
+            t6_groups,
+            t_idx,
+            nt,
+            if_tab,
+            st,
+            ctl,
+            keys,
+            i,
+            direction,
+            now,
+        )
         verdicts[i] = v
         rules[i] = r
         aux[i] = a
@@ -628,40 +1011,197 @@ def _batch(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
 @njit(cache=True)
 def fw_batch(fw, keys, n, direction, now, verdicts, rules, aux):
     """Classify ``keys[:n]``; see the module doc for the outputs."""
-    _batch(fw.c4, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm, fw.ag,
-           fw.grp, fw.glist, fw.gpos, fw.rinfo, fw.prog, fw.probes, fw.cnt, fw.t4_roots,
-           fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx, fw.nt, fw.if_tab, fw.st, fw.ctl,
-           keys, n, direction, now, verdicts, rules, aux)
+    _batch(
+        fw.c4,
+        fw.cl6_roots,
+        fw.cl6_groups,
+        fw.cmap,
+        fw.bm,
+        fw.ag,
+        fw.grp,
+        fw.glist,
+        fw.gpos,
+        fw.rinfo,
+        fw.prog,
+        fw.probes,
+        fw.cnt,
+        fw.t4_roots,
+        fw.t4_groups,
+        fw.t6_roots,
+        fw.t6_groups,
+        fw.t_idx,
+        fw.nt,
+        fw.if_tab,
+        fw.st,
+        fw.ctl,
+        keys,
+        n,
+        direction,
+        now,
+        verdicts,
+        rules,
+        aux,
+    )
 
 
 @njit(cache=True, _nrt=False)
-def _one(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
-         prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
-         ctl, keys, i, direction, now):
+def _one(
+    c4,
+    cl6_roots,
+    cl6_groups,
+    cmap,
+    bm,
+    ag,
+    grp,
+    glist,
+    gpos,
+    rinfo,
+    prog,
+    probes,
+    cnt,
+    t4_roots,
+    t4_groups,
+    t6_roots,
+    t6_groups,
+    t_idx,
+    nt,
+    if_tab,
+    st,
+    ctl,
+    keys,
+    i,
+    direction,
+    now,
+):
     _rows_to_ctl(c4, cl6_roots, cl6_groups, cmap, ctl, keys, i, direction)
-    return _classify(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist,
-                     gpos, rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups,
-                     t_idx, nt, if_tab, st, ctl, keys, i, direction, now)
+    return _classify(
+        c4,
+        cl6_roots,
+        cl6_groups,
+        cmap,
+        bm,
+        ag,
+        grp,
+        glist,
+        gpos,
+        rinfo,
+        prog,
+        probes,
+        cnt,
+        t4_roots,
+        t4_groups,
+        t6_roots,
+        t6_groups,
+        t_idx,
+        nt,
+        if_tab,
+        st,
+        ctl,
+        keys,
+        i,
+        direction,
+        now,
+    )
 
 
 @njit(cache=True)
 def fw_classify(fw, keys, i, direction, now):
     """Classify one packet ``keys[i]``: (verdict, rule index, aux). ``fw_batch`` is the
     fast path (it unpacks the FW tuple once per vector, this once per packet)."""
-    return _one(fw.c4, fw.cl6_roots, fw.cl6_groups, fw.cmap, fw.bm,
-                fw.ag, fw.grp, fw.glist, fw.gpos, fw.rinfo, fw.prog, fw.probes, fw.cnt,
-                fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx, fw.nt,
-                fw.if_tab, fw.st, fw.ctl, keys, i, direction, now)
+    return _one(
+        fw.c4,
+        fw.cl6_roots,
+        fw.cl6_groups,
+        fw.cmap,
+        fw.bm,
+        fw.ag,
+        fw.grp,
+        fw.glist,
+        fw.gpos,
+        fw.rinfo,
+        fw.prog,
+        fw.probes,
+        fw.cnt,
+        fw.t4_roots,
+        fw.t4_groups,
+        fw.t6_roots,
+        fw.t6_groups,
+        fw.t_idx,
+        fw.nt,
+        fw.if_tab,
+        fw.st,
+        fw.ctl,
+        keys,
+        i,
+        direction,
+        now,
+    )
 
 
 @njit(cache=True, _nrt=False)
-def fw_batch_flat(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos,
-                  rinfo, prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx,
-                  nt, if_tab, st, ctl, keys, n, direction, now, verdicts, rules, aux):
+def fw_batch_flat(
+    c4,
+    cl6_roots,
+    cl6_groups,
+    cmap,
+    bm,
+    ag,
+    grp,
+    glist,
+    gpos,
+    rinfo,
+    prog,
+    probes,
+    cnt,
+    t4_roots,
+    t4_groups,
+    t6_roots,
+    t6_groups,
+    t_idx,
+    nt,
+    if_tab,
+    st,
+    ctl,
+    keys,
+    n,
+    direction,
+    now,
+    verdicts,
+    rules,
+    aux,
+):
     """``fw_batch`` with the FW arrays passed flat (the entry point from Python)."""
-    _batch(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo,
-           prog, probes, cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st,
-           ctl, keys, n, direction, now, verdicts, rules, aux)
+    _batch(
+        c4,
+        cl6_roots,
+        cl6_groups,
+        cmap,
+        bm,
+        ag,
+        grp,
+        glist,
+        gpos,
+        rinfo,
+        prog,
+        probes,
+        cnt,
+        t4_roots,
+        t4_groups,
+        t6_roots,
+        t6_groups,
+        t_idx,
+        nt,
+        if_tab,
+        st,
+        ctl,
+        keys,
+        n,
+        direction,
+        now,
+        verdicts,
+        rules,
+        aux,
+    )
 
 
 # =============================================================================================
@@ -741,8 +1281,9 @@ def _set_bit_rows(bm, rows, p):
 class _Ctx:
     """What lowering needs besides the rule: tables, interfaces, the router's addresses."""
 
-    def __init__(self, tables: FwTables | None, interfaces: Sequence[str],
-                 me4: Sequence, me6: Sequence) -> None:
+    def __init__(
+        self, tables: FwTables | None, interfaces: Sequence[str], me4: Sequence, me6: Sequence
+    ) -> None:
         self.tables = tables
         self.interfaces = list(interfaces)
         self.me4 = sorted({int(IPv4Address(str(a))) for a in me4})
@@ -772,8 +1313,12 @@ def _table_slot(ctx: _Ctx, rule: Rule, name: str, want: str, word: int, shown: s
         raise RuleError(_where(rule), word or None, shown, f"no table named {name!r}")
     t = tabs.type_of(name)
     if t != want:
-        raise RuleError(_where(rule), word or None, shown,
-                        f"table {name!r} is a {t} table, expected a {want} table")
+        raise RuleError(
+            _where(rule),
+            word or None,
+            shown,
+            f"table {name!r} is a {t} table, expected a {want} table",
+        )
     return tabs.slot(name)
 
 
@@ -784,15 +1329,15 @@ def _lower_addr(rule: Rule, spec: AddrSpec, fld: int, prog: list, ctx: _Ctx) -> 
     if len(items) == 1 and items[0].kind == "table":
         it = items[0]
         slot = _table_slot(ctx, rule, it.table, "addr", it.word, str(it))
-        prog.append([OP_ADDR_TABLE, int(spec.negate), fld, slot,
-                     -1 if it.value is None else it.value, 0])
+        prog.append(
+            [OP_ADDR_TABLE, int(spec.negate), fld, slot, -1 if it.value is None else it.value, 0]
+        )
         return ("all",)
     n4: set[tuple[int, int]] = set()
     n6: set[tuple[int, int]] = set()
     for it in items:
         if it.kind == "net":
-            (n4 if it.net.version == 4 else n6).add((int(it.net.network_address),
-                                                     it.net.prefixlen))
+            (n4 if it.net.version == 4 else n6).add((int(it.net.network_address), it.net.prefixlen))
         elif it.kind == "me":
             n4.update((a, 32) for a in ctx.me4)
             n6.update((a, 128) for a in ctx.me6)
@@ -836,15 +1381,17 @@ def lower_rule(rule: Rule, ctx: _Ctx) -> _Lowered:
             which = {0: 2, 1: 0, 2: 1}[which]  # via -> 2, recv -> 0, xmit -> 1
             if o.args[0] == "table":
                 slot = _table_slot(ctx, rule, o.args[1], "iface", o.word, str(o))
-                prog.append([OP_IFACE_TABLE, neg, which, slot,
-                             -1 if o.args[2] is None else o.args[2], 0])
+                prog.append(
+                    [OP_IFACE_TABLE, neg, which, slot, -1 if o.args[2] is None else o.args[2], 0]
+                )
             elif o.args[0] == "any":
                 prog.append([OP_IFACE, neg, which, -1, 0, 0])
             else:
                 name = o.args[0]
                 if name not in ctx.interfaces:
-                    raise RuleError(_where(rule), o.word or None, name,
-                                    f"no interface named {name!r}")
+                    raise RuleError(
+                        _where(rule), o.word or None, name, f"no interface named {name!r}"
+                    )
                 prog.append([OP_IFACE, neg, which, ctx.interfaces.index(name), 0, 0])
         elif o.name == "tcpflags":
             prog.append([OP_TCPFLAGS, neg, o.args[0], o.args[1], 0, 0])
@@ -947,15 +1494,35 @@ class CompiledFirewall:
 
     def arrays(self) -> tuple:
         """The classifier part of ``FW`` (c4 ... cnt)."""
-        return (self.c4, self.cl6.roots, self.cl6.groups, self.cmap,
-                self.bm, self.ag, self.grp, self.glist, self.gpos, self.rinfo, self.prog,
-                self.probes, self.cnt)
+        return (
+            self.c4,
+            self.cl6.roots,
+            self.cl6.groups,
+            self.cmap,
+            self.bm,
+            self.ag,
+            self.grp,
+            self.glist,
+            self.gpos,
+            self.rinfo,
+            self.prog,
+            self.probes,
+            self.cnt,
+        )
 
     @property
     def nbytes(self) -> int:
-        return int(self.bm[: self.nrows].nbytes + self.ag[: self.nrows].nbytes
-                   + self.cmap.nbytes + self.rinfo.nbytes + self.prog.nbytes
-                   + self.gpos.nbytes + self.glist.nbytes + self.c4.nbytes + self.cl6.nbytes)
+        return int(
+            self.bm[: self.nrows].nbytes
+            + self.ag[: self.nrows].nbytes
+            + self.cmap.nbytes
+            + self.rinfo.nbytes
+            + self.prog.nbytes
+            + self.gpos.nbytes
+            + self.glist.nbytes
+            + self.c4.nbytes
+            + self.cl6.nbytes
+        )
 
     def field_rows(self, fld: int) -> np.ndarray:
         """Rows used by one field (sorted)."""
@@ -963,10 +1530,10 @@ class CompiledFirewall:
             rows = self.addr[(fld, 4)].rows + self.addr[(fld, 6)].rows
             return np.array(sorted(rows), np.int64)
         if fld == F_SPORT:
-            return np.unique(self.cmap[SPORT_OFF:SPORT_OFF + PORT_DOMAIN]).astype(np.int64)
+            return np.unique(self.cmap[SPORT_OFF : SPORT_OFF + PORT_DOMAIN]).astype(np.int64)
         if fld == F_DPORT:
-            return np.unique(self.cmap[DPORT_OFF:DPORT_OFF + PORT_DOMAIN]).astype(np.int64)
-        return np.unique(self.cmap[META_OFF:META_OFF + META_DOMAIN]).astype(np.int64)
+            return np.unique(self.cmap[DPORT_OFF : DPORT_OFF + PORT_DOMAIN]).astype(np.int64)
+        return np.unique(self.cmap[META_OFF : META_OFF + META_DOMAIN]).astype(np.int64)
 
     def group_sizes(self) -> list[int]:
         return [int(x) for x in self.grp[:, G_N]]
@@ -982,8 +1549,7 @@ def _layout(rgroup: np.ndarray, widths: Sequence[int] | None = None):
     counts = [int((rgroup == k).sum()) for k in range(N_GROUPS)]
     if widths is None:
         widths = [_words_for(c) for c in counts]
-    widths = [max(w, 1 if c == 0 else (c + 63) // 64) for w, c in zip(widths, counts,
-                                                                       strict=True)]
+    widths = [max(w, 1 if c == 0 else (c + 63) // 64) for w, c in zip(widths, counts, strict=True)]
     grp = np.zeros((N_GROUPS, G_COLS), np.int64)
     glist = np.zeros(max(1, n), np.int32)
     gpos = np.zeros((N_GROUPS, n + 2), np.int32)
@@ -993,9 +1559,9 @@ def _layout(rgroup: np.ndarray, widths: Sequence[int] | None = None):
         idx = np.nonzero(rgroup == k)[0]
         na = (widths[k] + 63) // 64
         grp[k] = (woff, widths[k], aoff, na, roff, idx.shape[0])
-        glist[roff:roff + idx.shape[0]] = idx
+        glist[roff : roff + idx.shape[0]] = idx
         local[idx] = np.arange(idx.shape[0])
-        gpos[k, 1:n + 1] = np.cumsum(rgroup == k)
+        gpos[k, 1 : n + 1] = np.cumsum(rgroup == k)
         gpos[k, n + 1] = gpos[k, n]
         woff += widths[k]
         aoff += na
@@ -1013,14 +1579,14 @@ def _port_mask(ranges) -> np.ndarray:
         m[:] = True
     else:
         for lo, hi in ranges:
-            m[lo:hi + 1] = True
+            m[lo : hi + 1] = True
     return m
 
 
 def _meta_mask(intervals) -> np.ndarray:
     m = np.zeros(META_DOMAIN, bool)
     for lo, hi in intervals:
-        m[lo:hi + 1] = True
+        m[lo : hi + 1] = True
     return m
 
 
@@ -1133,7 +1699,7 @@ def _build_c4(addr: dict) -> np.ndarray:
     c4 = np.zeros(size, np.int32)
     off = 2 * 65536
     for top, (st, cl, blocks, counts, at_start) in zip((C4_SRC, C4_DST), parts, strict=True):
-        c4[top:top + 65536] = at_start
+        c4[top : top + 65536] = at_start
         offs = off + np.concatenate([[0], np.cumsum(2 + 2 * counts)[:-1]]).astype(np.int64)
         if blocks.shape[0]:
             c4[offs + 1] = at_start[blocks]
@@ -1142,10 +1708,16 @@ def _build_c4(addr: dict) -> np.ndarray:
     return c4
 
 
-def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
-                  tables: FwTables | None = None, interfaces: Sequence[str] = (),
-                  me4: Sequence = (), me6: Sequence = (), uids: Sequence[int] | None = None,
-                  previous: CompiledFirewall | None = None) -> CompiledFirewall:
+def compile_rules(
+    rules: Sequence[Rule],
+    default_allow: bool = False,
+    tables: FwTables | None = None,
+    interfaces: Sequence[str] = (),
+    me4: Sequence = (),
+    me6: Sequence = (),
+    uids: Sequence[int] | None = None,
+    previous: CompiledFirewall | None = None,
+) -> CompiledFirewall:
     """Compile user rules (any order; sorted stably by number) plus the default rule.
 
     ``uids`` name the rules across compiles (default: their positions); counters of rules
@@ -1265,7 +1837,10 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
     nrows = base
 
     # -- groups and bit positions
-    rgroup = np.array([_group_of(cover[0, k], cover[1, k]) for k in range(n)], np.int64)
+    if n >= GROUP_MIN:
+        rgroup = np.array([_group_of(cover[0, k], cover[1, k]) for k in range(n)], np.int64)
+    else:
+        rgroup = np.zeros(n, np.int64)
     grp, glist, gpos, local, widths = _layout(rgroup)
     bitpos = grp[rgroup, G_WOFF] * 64 + local if n else np.zeros(0, np.int64)
     total_w = int(grp[-1, G_WOFF] + grp[-1, G_NW])
@@ -1273,12 +1848,11 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
     bm = np.zeros((nrows, total_w), np.uint64)
     if iv_r:
         r_all = np.concatenate(iv_r)
-        _set_bits(bm, bitpos[r_all] if n else r_all, np.concatenate(iv_lo),
-                  np.concatenate(iv_hi))
+        _set_bits(bm, bitpos[r_all] if n else r_all, np.concatenate(iv_lo), np.concatenate(iv_hi))
 
     # -- deduplicate the port and meta rows (address rows stay one per prefix)
     cmap = np.zeros(CMAP_SIZE, np.int32)
-    keep = [bm[:port_rows[F_SPORT].min()]]
+    keep = [bm[: port_rows[F_SPORT].min()]]
     nxt = keep[0].shape[0]
     for fld, off in ((F_SPORT, SPORT_OFF), (F_DPORT, DPORT_OFF)):
         vals = port_rows[fld]
@@ -1286,11 +1860,11 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
         hi = int(vals.max()) + 1
         uniq, inv = np.unique(bm[lo:hi], axis=0, return_inverse=True)
         keep.append(uniq)
-        cmap[off:off + PORT_DOMAIN] = inv.reshape(-1)[vals - lo] + nxt
+        cmap[off : off + PORT_DOMAIN] = inv.reshape(-1)[vals - lo] + nxt
         nxt += uniq.shape[0]
     uniq, inv = np.unique(bm[meta_base:nrows], axis=0, return_inverse=True)
     keep.append(uniq)
-    cmap[META_OFF:META_OFF + META_DOMAIN] = inv.reshape(-1) + nxt
+    cmap[META_OFF : META_OFF + META_DOMAIN] = inv.reshape(-1) + nxt
     nxt += uniq.shape[0]
     bm = np.ascontiguousarray(np.concatenate(keep))
     nrows = nxt
@@ -1304,8 +1878,12 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
         a6 = addr[(fld, 6)]
         his = np.array([k[0] >> 64 for k in a6.keys], np.uint64)
         los = np.array([k[0] & ((1 << 64) - 1) for k in a6.keys], np.uint64)
-        cl6.add_many(fld, (his, los), np.array([k[1] for k in a6.keys], np.uint8),
-                     np.array(a6.rows, np.int64))
+        cl6.add_many(
+            fld,
+            (his, los),
+            np.array([k[1] for k in a6.keys], np.uint8),
+            np.array(a6.rows, np.int64),
+        )
         cmap[c6] = cl6.table_index(fld)
 
     rinfo, prog = _rinfo_rows(all_rules, lowered_all)
@@ -1313,10 +1891,63 @@ def compile_rules(rules: Sequence[Rule], default_allow: bool = False,
     cnt = np.zeros((len(all_rules), 3), np.int64)
     if previous is not None:
         _carry_counters(previous, uids_arr, cnt)
-    cf = CompiledFirewall(all_rules, uids_arr, c4, cl6, cmap, bm, ag, grp, glist, gpos, rinfo,
-                          prog, _probes(rinfo), cnt, nrows, addr, lowered_all, rgroup, widths)
+    cf = CompiledFirewall(
+        all_rules,
+        uids_arr,
+        c4,
+        cl6,
+        cmap,
+        bm,
+        ag,
+        grp,
+        glist,
+        gpos,
+        rinfo,
+        prog,
+        _probes(rinfo),
+        cnt,
+        nrows,
+        addr,
+        lowered_all,
+        rgroup,
+        widths,
+    )
+    _set_constant_rows(cf)
     cf.stats = {"rows": nrows, "words": total_w, "groups": cf.group_sizes()}
     return cf
+
+
+def _set_constant_rows(cf: CompiledFirewall) -> None:
+    """cmap[CM_CONST + field] = the row of a field whose rows are all equal, else -1; when
+    all five are, the candidate list (the same for every packet) goes after the groups'
+    lists in glist."""
+    const = []
+    for fld in (F_SRC, F_DST, F_SPORT, F_DPORT, F_META):
+        rows = cf.field_rows(fld)
+        first = cf.bm[rows[0]]
+        same = bool((cf.bm[rows] == first).all())
+        cf.cmap[CM_CONST + fld] = rows[0] if same else -1
+        const.append(int(rows[0]) if same else -1)
+    n_user = cf.rgroup.shape[0]
+    base = cf.glist[:n_user] if n_user else np.zeros(0, np.int32)
+    if min(const) < 0:
+        cf.cmap[CM_LIST] = -1
+        cf.cmap[CM_LIST_N] = 0
+        cf.glist = base if n_user else np.zeros(1, np.int32)
+        return
+    word = cf.bm[const[0]].copy()
+    for row in const[1:]:
+        word &= cf.bm[row]
+    bits = np.unpackbits(word.view(np.uint8), bitorder="little").astype(bool)
+    cands = []
+    for k in range(N_GROUPS):
+        woff, n = int(cf.grp[k, G_WOFF]), int(cf.grp[k, G_N])
+        local = np.nonzero(bits[woff * 64 : woff * 64 + n])[0]
+        cands.append(cf.glist[int(cf.grp[k, G_ROFF]) + local])
+    lst = np.sort(np.concatenate(cands)).astype(np.int32)
+    cf.glist = np.concatenate([base, lst, np.zeros(1, np.int32)])
+    cf.cmap[CM_LIST] = n_user
+    cf.cmap[CM_LIST_N] = lst.shape[0]
 
 
 def _carry_counters(previous: CompiledFirewall, uids: np.ndarray, cnt: np.ndarray) -> None:
@@ -1349,7 +1980,7 @@ def _relayout(cf: CompiledFirewall, widths: list[int], extra_rows: int) -> None:
     bm = np.zeros((rows, int(grp[-1, G_WOFF] + grp[-1, G_NW])), np.uint64)
     for k in range(N_GROUPS):
         o, w = int(old_grp[k, G_WOFF]), int(old_grp[k, G_NW])
-        bm[: cf.nrows, grp[k, G_WOFF]:grp[k, G_WOFF] + w] = cf.bm[: cf.nrows, o:o + w]
+        bm[: cf.nrows, grp[k, G_WOFF] : grp[k, G_WOFF] + w] = cf.bm[: cf.nrows, o : o + w]
     cf.bm = bm
     cf.ag = np.zeros((rows, int(grp[-1, G_AOFF] + grp[-1, G_NA])), np.uint64)
     cf.grp, cf.glist, cf.gpos, cf.widths = grp, glist, gpos, widths
@@ -1365,7 +1996,7 @@ def _new_row(cf: CompiledFirewall, like: int) -> int:
 def _split_map(cf: CompiledFirewall, off: int, size: int, mask: np.ndarray) -> np.ndarray:
     """Split the classes of a map so that ``mask`` is a union of classes; returns the rows
     inside the mask."""
-    m = cf.cmap[off:off + size]
+    m = cf.cmap[off : off + size]
     inside = np.unique(m[mask])
     outside = set(np.unique(m[~mask]).tolist())
     for row in inside.tolist():
@@ -1423,14 +2054,24 @@ def _refresh(cf: CompiledFirewall) -> None:
     cf.rinfo, cf.prog = _rinfo_rows(cf.rules, cf.lowered)
     cf.probes = _probes(cf.rinfo)
     _aggregate(cf.bm, cf.ag, cf.nrows, cf.grp)
+    _set_constant_rows(cf)
     cf.updates += 1
-    cf.stats = {"rows": cf.nrows, "words": int(cf.grp[-1, G_WOFF] + cf.grp[-1, G_NW]),
-                "groups": cf.group_sizes()}
+    cf.stats = {
+        "rows": cf.nrows,
+        "words": int(cf.grp[-1, G_WOFF] + cf.grp[-1, G_NW]),
+        "groups": cf.group_sizes(),
+    }
 
 
-def insert_rule(cf: CompiledFirewall, rule: Rule, uid: int, tables: FwTables | None = None,
-                interfaces: Sequence[str] = (), me4: Sequence = (), me6: Sequence = ()
-                ) -> tuple[CompiledFirewall, int]:
+def insert_rule(
+    cf: CompiledFirewall,
+    rule: Rule,
+    uid: int,
+    tables: FwTables | None = None,
+    interfaces: Sequence[str] = (),
+    me4: Sequence = (),
+    me6: Sequence = (),
+) -> tuple[CompiledFirewall, int]:
     """A new CompiledFirewall with ``rule`` added after the rules with a number <= its own;
     returns it and the new rule's index. ``cf`` is not modified."""
     if not 1 <= rule.number <= DEFAULT_NUMBER - 1:
@@ -1455,10 +2096,12 @@ def insert_rule(cf: CompiledFirewall, rule: Rule, uid: int, tables: FwTables | N
         for off, ranges in ((SPORT_OFF, lw.sport), (DPORT_OFF, lw.dport)):
             rows.append(_split_map(new, off, PORT_DOMAIN, _port_mask(ranges)))
         rows.append(_split_map(new, META_OFF, META_DOMAIN, _meta_mask(lw.meta)))
-        k = _group_of(rows[0].shape[0] / max(1, new.field_rows(F_SRC).shape[0]),
-                      rows[1].shape[0] / max(1, new.field_rows(F_DST).shape[0]))
+        k = _group_of(
+            rows[0].shape[0] / max(1, new.field_rows(F_SRC).shape[0]),
+            rows[1].shape[0] / max(1, new.field_rows(F_DST).shape[0]),
+        )
     else:
-        k = N_GROUPS - 1
+        k = 0
     lpos = int((cf.rgroup[:p] == k).sum())
     n_k = int((cf.rgroup == k).sum())
     if n_k + 1 > new.widths[k] * 64:
@@ -1498,21 +2141,36 @@ def delete_rule_at(cf: CompiledFirewall, p: int) -> CompiledFirewall:
 # -- slow-path helpers ----------------------------------------------------------------------------
 
 
-def classify_keys(args: tuple, keys: np.ndarray, direction: int = DIR_IN, now: int = 0
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def classify_keys(
+    args: tuple, keys: np.ndarray, direction: int = DIR_IN, now: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Classify a key matrix through ``fw_batch`` (tests, tools): (verdicts, rules, aux)."""
     n = keys.shape[0]
     v = np.zeros(n, np.int32)
     r = np.zeros(n, np.int32)
     a = np.zeros(n, np.int32)
-    fw_batch_flat(*args, np.ascontiguousarray(keys, np.int64), n, direction, np.int64(now),
-                  v, r, a)
+    fw_batch_flat(*args, np.ascontiguousarray(keys, np.int64), n, direction, np.int64(now), v, r, a)
     return v, r, a
 
 
 __all__ = [
-    "FW", "V_PASS", "V_DROP", "V_REJECT", "V_RESET", "DROP_RULE", "DROP_STATE_FULL", "DIR_IN",
-    "DIR_OUT", "CompiledFirewall", "compile_rules", "insert_rule", "delete_rule_at",
-    "fw_batch", "fw_batch_flat", "fw_classify", "classify_keys", "index_mapping",
+    "FW",
+    "V_PASS",
+    "V_DROP",
+    "V_REJECT",
+    "V_RESET",
+    "DROP_RULE",
+    "DROP_STATE_FULL",
+    "DIR_IN",
+    "DIR_OUT",
+    "CompiledFirewall",
+    "compile_rules",
+    "insert_rule",
+    "delete_rule_at",
+    "fw_batch",
+    "fw_batch_flat",
+    "fw_classify",
+    "classify_keys",
+    "index_mapping",
     "TABLE_TYPES",
 ]

@@ -79,11 +79,15 @@ class FirewallConfig:
         """Raise FirewallConfigError for a rule naming an interface that does not exist."""
         for r, place in zip(self.rules, self.rule_places, strict=True):
             for o in r.options:
-                if o.name in IFACE_OPTIONS and o.args[0] not in ("table", "any") \
-                        and o.args[0] not in names:
+                if (
+                    o.name in IFACE_OPTIONS
+                    and o.args[0] not in ("table", "any")
+                    and o.args[0] not in names
+                ):
                     raise FirewallConfigError(
                         f"{self.path}: {place}: word {o.word} {o.args[0]!r}: "
-                        f"no interface named {o.args[0]!r}")
+                        f"no interface named {o.args[0]!r}"
+                    )
 
 
 def _table_refs(rule: Rule) -> list[tuple[str, str, int, str]]:
@@ -102,8 +106,9 @@ def _table_refs(rule: Rule) -> list[tuple[str, str, int, str]]:
     return out
 
 
-def parse_firewall_config(raw: Any, path: str = "<config>", base_dir: str | Path = "."
-                          ) -> FirewallConfig:
+def parse_firewall_config(
+    raw: Any, path: str = "<config>", base_dir: str | Path = "."
+) -> FirewallConfig:
     """Validate the ``[firewall]`` table of a parsed TOML document (``raw``); files named
     in it are read relative to ``base_dir``. Raises FirewallConfigError."""
     base = Path(base_dir)
@@ -112,8 +117,7 @@ def parse_firewall_config(raw: Any, path: str = "<config>", base_dir: str | Path
         return FirewallConfigError(f"{path}: firewall.{key}: {msg}")
 
     if not isinstance(raw, dict):
-        raise FirewallConfigError(f"{path}: firewall: expected a table, got "
-                                  f"{type(raw).__name__}")
+        raise FirewallConfigError(f"{path}: firewall: expected a table, got {type(raw).__name__}")
     allowed = {"default", "rules", "rules_file", "max_states", "tables", "lifetimes"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
@@ -122,7 +126,7 @@ def parse_firewall_config(raw: Any, path: str = "<config>", base_dir: str | Path
 
     d = raw.get("default", "deny")
     if d not in ("deny", "allow"):
-        raise err("default", f"expected \"deny\" or \"allow\", got {d!r}")
+        raise err("default", f'expected "deny" or "allow", got {d!r}')
     cfg.default_allow = d == "allow"
 
     ms = raw.get("max_states", 1_000_000)
@@ -153,8 +157,12 @@ def parse_firewall_config(raw: Any, path: str = "<config>", base_dir: str | Path
         if unknown:
             raise err(f"{where}.{unknown[0]}", "unknown key (allowed: entries, file, name, type)")
         name = t.get("name")
-        if not isinstance(name, str) or not name or len(name) > 63 or \
-                not all(c.isalnum() or c in "_.-" for c in name):
+        if (
+            not isinstance(name, str)
+            or not name
+            or len(name) > 63
+            or not all(c.isalnum() or c in "_.-" for c in name)
+        ):
             raise err(f"{where}.name", f"{name!r} is not a table name (letters, digits, _.-)")
         if name in names:
             raise err(f"{where}.name", f"table {name!r} defined twice")
@@ -165,7 +173,7 @@ def parse_firewall_config(raw: Any, path: str = "<config>", base_dir: str | Path
         tc = TableConfig(name, ty)
         entries = t.get("entries", [])
         if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
-            raise err(f"{where}.entries", "expected an array of \"KEY [VALUE]\" strings")
+            raise err(f"{where}.entries", 'expected an array of "KEY [VALUE]" strings')
         places = [f"{path}: firewall.{where}.entries[{k}]" for k in range(len(entries))]
         try:
             if entries:
@@ -222,12 +230,15 @@ def parse_firewall_config(raw: Any, path: str = "<config>", base_dir: str | Path
     for r, place in zip(rules, places, strict=True):
         for tname, want, word, shown in _table_refs(r):
             if tname not in names:
-                raise FirewallConfigError(f"{path}: {place}: word {word} {shown!r}: "
-                                          f"no table named {tname!r}")
+                raise FirewallConfigError(
+                    f"{path}: {place}: word {word} {shown!r}: no table named {tname!r}"
+                )
             if names[tname] != want:
-                raise FirewallConfigError(f"{path}: {place}: word {word} {shown!r}: table "
-                                          f"{tname!r} is a {names[tname]} table, expected "
-                                          f"{want}")
+                raise FirewallConfigError(
+                    f"{path}: {place}: word {word} {shown!r}: table "
+                    f"{tname!r} is a {names[tname]} table, expected "
+                    f"{want}"
+                )
     cfg.rules = rules
     cfg.rule_places = places
     return cfg
@@ -241,5 +252,10 @@ def _parse_entries(ty: str, lines: list[str], places: list[str] | None, where: s
     return parse_iface_entries(lines, where, places)
 
 
-__all__ = ["FirewallConfig", "FirewallConfigError", "TableConfig", "parse_firewall_config",
-           "AddrEntries"]
+__all__ = [
+    "FirewallConfig",
+    "FirewallConfigError",
+    "TableConfig",
+    "parse_firewall_config",
+    "AddrEntries",
+]

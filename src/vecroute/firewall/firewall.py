@@ -3,7 +3,7 @@
 ::
 
     fw = Firewall(parse_firewall_config(raw, path, base_dir), interfaces=names,
-                  me4=router_ip4s, me6=router_ip6s)
+                  me4=router_ip4s, me6=router_ip6s, vector_size=256)
     args = fw.args()            # flat arrays for the graph (FW field order), re-read them
                                 # whenever fw.generation changed
     fw.maintain()               # between batches: grows the state table when needed
@@ -61,11 +61,18 @@ REBUILD_EVERY = 256  # incremental updates before the next update compiles from 
 class Firewall:
     """Rules + tables + dynamic states of one worker, and the arrays the data path uses."""
 
-    def __init__(self, config: FirewallConfig | None = None, interfaces: Sequence[str] = (),
-                 me4: Sequence = (), me6: Sequence = ()) -> None:
+    def __init__(
+        self,
+        config: FirewallConfig | None = None,
+        interfaces: Sequence[str] = (),
+        me4: Sequence = (),
+        me6: Sequence = (),
+        vector_size: int = 256,
+    ) -> None:
         cfg = config or FirewallConfig()
         self.config = cfg
         self.interfaces = list(interfaces)
+        self.vector_size = vector_size  # packets per fw_batch call: the states' headroom
         self.me4 = list(me4)
         self.me6 = list(me6)
         self.default_allow = cfg.default_allow
@@ -79,8 +86,8 @@ class Firewall:
         self._next_uid = 0
         uids = self._uids(len(cfg.rules))
         self.compiled: CompiledFirewall = compile_rules(
-            cfg.rules, self.default_allow, self.tables, self.interfaces, self.me4, self.me6,
-            uids)
+            cfg.rules, self.default_allow, self.tables, self.interfaces, self.me4, self.me6, uids
+        )
         self._generation = 0
 
     def _uids(self, n: int) -> list[int]:
@@ -105,17 +112,26 @@ class Firewall:
     def maintain(self) -> bool:
         """Between batches: grow the state table when it passed half full. True if the
         arrays changed (re-read :meth:`args`)."""
-        st = grow_states(self.st, self.ctl)
+        st = grow_states(self.st, self.ctl, self.vector_size)
         if st is self.st:
             return False
         self.st = st
         self._generation += 1
         return True
 
-    def classify(self, keys: np.ndarray, direction: int = DIR_IN, now: int = 0):
-        """Classify a key matrix (tests and tools; the graph calls ``fw_batch`` itself)."""
-        self.maintain()
-        return classify_keys(self.args(), keys, direction, now)
+    def classify(self, keys: np.ndarray, direction: int = DIR_IN, now: int = 0, vector: int = 256):
+        """Classify a key matrix in vectors of ``vector`` rows with :meth:`maintain` between
+        them, like the graph does (tests and tools; the graph calls ``fw_batch`` itself)."""
+        keys = np.ascontiguousarray(keys, np.int64).reshape(-1, keys.shape[-1])
+        vector = vector or self.vector_size
+        parts = []
+        for a in range(0, keys.shape[0], vector):
+            self.maintain()
+            parts.append(classify_keys(self.args(), keys[a : a + vector], direction, now))
+        if not parts:
+            e = np.zeros(0, np.int32)
+            return e, e.copy(), e.copy()
+        return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
 
     @property
     def rules(self) -> list[Rule]:
@@ -133,8 +149,16 @@ class Firewall:
         self._generation += 1
 
     def _recompile(self, rules: list[Rule], uids: list[int]) -> None:
-        new = compile_rules(rules, self.default_allow, self.tables, self.interfaces, self.me4,
-                            self.me6, uids, previous=self.compiled)
+        new = compile_rules(
+            rules,
+            self.default_allow,
+            self.tables,
+            self.interfaces,
+            self.me4,
+            self.me6,
+            uids,
+            previous=self.compiled,
+        )
         self._swap(new, index_mapping(self.compiled, new))
 
     def add(self, rule: str | Rule, where: str = "<ctl>") -> Rule:
@@ -183,8 +207,9 @@ class Firewall:
 
     def replace(self, rules: Sequence[str | Rule], where: str = "<ctl>") -> None:
         """Replace the whole rule set (parsed first: a bad rule changes nothing)."""
-        parsed = [parse_rule(x, f"{where}[{k}]") if isinstance(x, str) else x
-                  for k, x in enumerate(rules)]
+        parsed = [
+            parse_rule(x, f"{where}[{k}]") if isinstance(x, str) else x for k, x in enumerate(rules)
+        ]
         parsed = number_rules(parsed)
         self._recompile(parsed, self._uids(len(parsed)))
 
@@ -237,7 +262,7 @@ class Firewall:
     def table_swap(self, a: str, b: str) -> None:
         self.tables.swap(a, b)
 
-    # -- introspection ------------------------------------------------------------------------------
+    # -- introspection ------------------------------------------------------------------------
 
     def show(self, with_time: bool = False) -> str:
         """``ipfw show``: counters and rules (``-t``: with the last-match time)."""
@@ -254,7 +279,7 @@ class Firewall:
         out["max-states"] = int(self.config.max_states)
         return out
 
-    # -- text commands (`vecroute ctl fw ...`) ------------------------------------------------------
+    # -- text commands (`vecroute ctl fw ...`) ------------------------------------------------
 
     def command(self, argv: Sequence[str], now: int = 0) -> str:
         """Run one ``ctl fw`` command and return its text output. Raises ValueError
@@ -266,8 +291,9 @@ class Firewall:
         table NAME swap OTHER | tables
         """
         if not argv:
-            raise ValueError("fw: expected show, states, counters, add, delete, zero, table, "
-                             "tables")
+            raise ValueError(
+                "fw: expected show, states, counters, add, delete, zero, table, tables"
+            )
         cmd, rest = argv[0], list(argv[1:])
         if cmd == "show":
             return self.show(with_time="-t" in rest)
@@ -289,8 +315,10 @@ class Firewall:
             self.zero(int(rest[0]) if rest else None)
             return ""
         if cmd == "tables":
-            return "".join(f"{n} {self.tables.type_of(n)} {self.tables.count(n)}\n"
-                           for n in self.tables.names())
+            return "".join(
+                f"{n} {self.tables.type_of(n)} {self.tables.count(n)}\n"
+                for n in self.tables.names()
+            )
         if cmd == "table":
             if len(rest) < 2:
                 raise ValueError("fw table: expected NAME add|delete|flush|list|swap|create")

@@ -66,8 +66,23 @@ K_COLS = 15
 FRAG_ANY = 1
 FRAG_NONFIRST = 2
 
-KEY_NAMES = ("family", "src_hi", "src_lo", "dst_hi", "dst_lo", "proto", "sport", "dport",
-             "tcpflags", "icmptype", "ttl", "frag", "rx", "tx", "len")
+KEY_NAMES = (
+    "family",
+    "src_hi",
+    "src_lo",
+    "dst_hi",
+    "dst_lo",
+    "proto",
+    "sport",
+    "dport",
+    "tcpflags",
+    "icmptype",
+    "ttl",
+    "frag",
+    "rx",
+    "tx",
+    "len",
+)
 
 _M64 = (1 << 64) - 1
 
@@ -131,10 +146,21 @@ def _s64(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
-def make_key(src: str | int, dst: str | int, proto: int = -1, sport: int = -1, dport: int = -1,
-             tcpflags: int = -1, icmptype: int = -1, ttl: int = 64, frag: int = 0,
-             rx: int = 0, tx: int = -1, length: int = 64, family: int | None = None
-             ) -> np.ndarray:
+def make_key(
+    src: str | int,
+    dst: str | int,
+    proto: int = -1,
+    sport: int = -1,
+    dport: int = -1,
+    tcpflags: int = -1,
+    icmptype: int = -1,
+    ttl: int = 64,
+    frag: int = 0,
+    rx: int = 0,
+    tx: int = -1,
+    length: int = 64,
+    family: int | None = None,
+) -> np.ndarray:
     """One key row from plain values (tests, tools). Addresses: text or integers (an integer
     needs ``family``)."""
     row = np.zeros(K_COLS, np.int64)

@@ -58,8 +58,16 @@ PROTO_WORDS: dict[str, tuple[int | None, int | None]] = {
     "icmp6": (58, None),
     "sctp": (132, None),
 }
-PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 50: "esp", 51: "ah", 58: "ipv6-icmp",
-               132: "sctp"}
+PROTO_NAMES = {
+    1: "icmp",
+    6: "tcp",
+    17: "udp",
+    47: "gre",
+    50: "esp",
+    51: "ah",
+    58: "ipv6-icmp",
+    132: "sctp",
+}
 
 # ICMP destination unreachable codes (unreach CODE) and ICMPv6 ones (unreach6 CODE)
 UNREACH4_CODES = {
@@ -97,15 +105,36 @@ UNREACH6_TO_4 = {0: 0, 2: 1, 3: 1, 4: 3}  # everything else: filter-prohib (13)
 REJECT_CODE4 = 1  # reject: ICMP host unreachable
 REJECT_CODE6 = 1  # reject: ICMPv6 administratively prohibited
 
-TCP_FLAGS = {"fin": 0x01, "syn": 0x02, "rst": 0x04, "psh": 0x08, "ack": 0x10, "urg": 0x20,
-             "ece": 0x40, "cwr": 0x80}
+TCP_FLAGS = {
+    "fin": 0x01,
+    "syn": 0x02,
+    "rst": 0x04,
+    "psh": 0x08,
+    "ack": 0x10,
+    "urg": 0x20,
+    "ece": 0x40,
+    "cwr": 0x80,
+}
 TCP_FLAG_NAMES = {v: k for k, v in TCP_FLAGS.items()}
 
 IFACE_OPTIONS = ("via", "recv", "xmit")
 LOOKUP_FIELDS = ("src-ip", "dst-ip", "src-port", "dst-port")
 OPTION_WORDS = (
-    "in", "out", "via", "recv", "xmit", "tcpflags", "setup", "established", "icmptypes",
-    "icmp6types", "frag", "ipversion", "ipttl", "lookup", "keep-state",
+    "in",
+    "out",
+    "via",
+    "recv",
+    "xmit",
+    "tcpflags",
+    "setup",
+    "established",
+    "icmptypes",
+    "icmp6types",
+    "frag",
+    "ipversion",
+    "ipttl",
+    "lookup",
+    "keep-state",
 )
 
 _TABLE_RE = re.compile(r"^table\(\s*([A-Za-z0-9_.\-]+)\s*(?:,\s*(\d+)\s*)?\)$")
@@ -153,8 +182,11 @@ class AddrItem:
             full = 32 if n.version == 4 else 128
             return str(n.network_address) if n.prefixlen == full else str(n)
         if self.kind == "table":
-            return f"table({self.table})" if self.value is None else \
-                f"table({self.table},{self.value})"
+            return (
+                f"table({self.table})"
+                if self.value is None
+                else f"table({self.table},{self.value})"
+            )
         return self.kind
 
 
@@ -323,7 +355,7 @@ def tokenize(text: str) -> tuple[list[str], str | None]:
         if w.lower().startswith("table(") and ")" not in w:
             j = i + 1
             while j < len(raw) and ")" not in raw[j - 1]:
-                w += raw[j]
+                w += " " + raw[j]
                 j += 1
             i = j
         else:
@@ -429,8 +461,10 @@ def _addr_item(c: _Cursor, w: str, in_list: bool) -> AddrItem:
     try:
         net = ipaddress.ip_network(w, strict=False)
     except ValueError:
-        raise c.error("expected an address: any, me, me6, a.b.c.d[/len], an IPv6 prefix, "
-                      "{ list } or table(NAME)") from None
+        raise c.error(
+            "expected an address: any, me, me6, a.b.c.d[/len], an IPv6 prefix, "
+            "{ list } or table(NAME)"
+        ) from None
     return AddrItem("net", net=net, word=k)
 
 
@@ -546,8 +580,10 @@ def parse_rule(text: str, where: str = "<rule>", number: int | None = None) -> R
         w = c.take("an action")
     action = ACTION_WORDS.get(w.lower())
     if action is None:
-        raise c.error("expected an action: allow, deny, reject, unreach CODE, reset, count, "
-                      "skipto N, check-state")
+        raise c.error(
+            "expected an action: allow, deny, reject, unreach CODE, reset, count, "
+            "skipto N, check-state"
+        )
     arg = None
     if action == "skipto":
         t = c.take("the rule number to skip to")
@@ -596,7 +632,6 @@ def parse_rule(text: str, where: str = "<rule>", number: int | None = None) -> R
         dport = _ranges(c, c.take("ports"), 0, 65535, "port")
     options: list[Option] = []
     keep_state = False
-    seen_dir = None
     while c.peek() is not None:
         w = c.take("an option").lower()
         negate = False
@@ -610,19 +645,26 @@ def parse_rule(text: str, where: str = "<rule>", number: int | None = None) -> R
                 raise c.error("keep-state given twice")
             keep_state = True
             continue
-        opt = _option(c, negate)
-        if opt.name in ("in", "out"):
-            d = opt.name if not negate else ("out" if opt.name == "in" else "in")
-            if seen_dir is not None and seen_dir != d:
-                raise c.error("a rule cannot be both 'in' and 'out'", index=opt.word)
-            seen_dir = d
-        options.append(opt)
+        options.append(_option(c, negate))
     if keep_state and action in ("count",):
         raise RuleError(where, None, None, "keep-state cannot be used with count")
     if keep_state and action == "skipto" and arg == -1:
         raise RuleError(where, None, None, "keep-state cannot be used with skipto tablearg")
-    return Rule(num or 0, action, arg, log, proto, family, src, sport, dst, dport,
-                tuple(options), keep_state, comment)
+    return Rule(
+        num or 0,
+        action,
+        arg,
+        log,
+        proto,
+        family,
+        src,
+        sport,
+        dst,
+        dport,
+        tuple(options),
+        keep_state,
+        comment,
+    )
 
 
 def is_blank(line: str) -> bool:
@@ -638,8 +680,12 @@ def number_rules(rules: list[Rule], highest: int = 0, where: list[str] | None = 
             n = highest + AUTO_STEP
             if n > MAX_NUMBER:
                 w = where[k] if where else f"rules[{k}]"
-                raise RuleError(w, None, None,
-                                f"no rule number left for an automatic number ({n} > {MAX_NUMBER})")
+                raise RuleError(
+                    w,
+                    None,
+                    None,
+                    f"no rule number left for an automatic number ({n} > {MAX_NUMBER})",
+                )
             r = replace(r, number=n)
         highest = max(highest, r.number)
         out.append(r)

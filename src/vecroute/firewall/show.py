@@ -83,21 +83,23 @@ def list_states(st: np.ndarray, rules: Sequence[Rule], now: int) -> list[dict]:
         if not row[ST_FLAGS] & FLAG_CREATOR_AB:
             a, b, pa, pb = b, a, pb, pa
         r = row[ST_RULE]
-        out.append({
-            "rule": rules[r].number if 0 <= r < len(rules) else -1,
-            "rule_index": r,
-            "family": fam,
-            "proto": proto if proto != 0xFFFF else -1,
-            "src": a,
-            "sport": pa,
-            "dst": b,
-            "dport": pb,
-            "expires_in_s": (row[ST_EXPIRE] - now) / 1e9,
-            "tcp_flags_fwd": row[ST_FLAGS] & 0xFF,
-            "tcp_flags_rev": (row[ST_FLAGS] >> 8) & 0xFF,
-            "packets": row[ST_PKTS],
-            "bytes": row[ST_BYTES],
-        })
+        out.append(
+            {
+                "rule": rules[r].number if 0 <= r < len(rules) else -1,
+                "rule_index": r,
+                "family": fam,
+                "proto": proto if proto != 0xFFFF else -1,
+                "src": a,
+                "sport": pa,
+                "dst": b,
+                "dport": pb,
+                "expires_in_s": (row[ST_EXPIRE] - now) / 1e9,
+                "tcp_flags_fwd": row[ST_FLAGS] & 0xFF,
+                "tcp_flags_rev": (row[ST_FLAGS] >> 8) & 0xFF,
+                "packets": row[ST_PKTS],
+                "bytes": row[ST_BYTES],
+            }
+        )
     out.sort(key=lambda d: (d["rule"], d["family"], d["src"], d["sport"], d["dst"]))
     return out
 
@@ -113,5 +115,6 @@ def render_states(states: list[dict]) -> str:
             lines.append(
                 f"{s['rule']:05d} {s['packets']:>{pw}} {s['bytes']:>{bw}} "
                 f"({max(0, int(s['expires_in_s']))}s) STATE {proto} {s['src']} {s['sport']} "
-                f"<-> {s['dst']} {s['dport']}")
+                f"<-> {s['dst']} {s['dport']}"
+            )
     return "\n".join(lines) + "\n"

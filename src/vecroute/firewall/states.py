@@ -70,7 +70,7 @@ FC_HITS = 12  # packets that matched a state
 FC_SWEEP = 13  # rows swept per batch
 FC_LOOKUPS = 14  # state lookups
 FC_CAP_DROPS = 15  # new flows dropped because the table waits for growth (never expected)
-FC_SCRATCH = 16  # 16..23: per-packet scratch of the classifier (group cursors)
+FC_SCRATCH = 16  # 16..23: scratch (unused)
 FC_ROWS = 24  # 24..28: the packet's class rows
 FC_COLS = 32
 
@@ -86,8 +86,14 @@ FC_NAMES = {
 
 LIFETIMES = ("syn", "established", "fin", "rst", "udp", "other")
 DEFAULT_LIFETIMES = {"syn": 20, "established": 300, "fin": 1, "rst": 1, "udp": 10, "other": 30}
-_LIFE_COL = {"syn": FC_LIFE_SYN, "established": FC_LIFE_EST, "fin": FC_LIFE_FIN,
-             "rst": FC_LIFE_RST, "udp": FC_LIFE_UDP, "other": FC_LIFE_OTHER}
+_LIFE_COL = {
+    "syn": FC_LIFE_SYN,
+    "established": FC_LIFE_EST,
+    "fin": FC_LIFE_FIN,
+    "rst": FC_LIFE_RST,
+    "udp": FC_LIFE_UDP,
+    "other": FC_LIFE_OTHER,
+}
 
 TH_FIN = 0x01
 TH_SYN = 0x02
@@ -101,8 +107,9 @@ MIN_CAPACITY = 1024
 SWEEP_DEFAULT = 64
 
 
-def new_ctl(max_states: int, lifetimes: dict[str, float] | None = None,
-            sweep: int = SWEEP_DEFAULT) -> np.ndarray:
+def new_ctl(
+    max_states: int, lifetimes: dict[str, float] | None = None, sweep: int = SWEEP_DEFAULT
+) -> np.ndarray:
     ctl = np.zeros(FC_COLS, np.int64)
     ctl[FC_MAX] = max_states
     ctl[FC_SWEEP] = sweep
@@ -147,8 +154,15 @@ def _home(ahi, alo, bhi, blo, ports, meta, mask):
 
 @njit(cache=True, inline="always")
 def _row_home(st, j, mask):
-    return _home(st[j, ST_AHI], st[j, ST_ALO], st[j, ST_BHI], st[j, ST_BLO], st[j, ST_PORTS],
-                 st[j, ST_META], mask)
+    return _home(
+        st[j, ST_AHI],
+        st[j, ST_ALO],
+        st[j, ST_BHI],
+        st[j, ST_BLO],
+        st[j, ST_PORTS],
+        st[j, ST_META],
+        mask,
+    )
 
 
 @njit(cache=True, inline="always")
@@ -210,8 +224,14 @@ def state_find(st, ctl, ahi, alo, bhi, blo, ports, meta, now):
         m = st[j, ST_META]
         if m == 0:
             return -1
-        if (m == meta and st[j, ST_PORTS] == ports and st[j, ST_ALO] == alo
-                and st[j, ST_BLO] == blo and st[j, ST_AHI] == ahi and st[j, ST_BHI] == bhi):
+        if (
+            m == meta
+            and st[j, ST_PORTS] == ports
+            and st[j, ST_ALO] == alo
+            and st[j, ST_BLO] == blo
+            and st[j, ST_AHI] == ahi
+            and st[j, ST_BHI] == bhi
+        ):
             if st[j, ST_EXPIRE] <= now:
                 _remove_at(st, ctl, j)
                 ctl[FC_EXPIRED] += 1
@@ -339,14 +359,21 @@ def remap_state_rules(st, mapping):
             st[i, ST_RULE] = nr
 
 
-def grow_states(st: np.ndarray, ctl: np.ndarray) -> np.ndarray:
-    """Between batches: a bigger table when the load passed 1/2 (else ``st`` itself)."""
+def grow_states(st: np.ndarray, ctl: np.ndarray, headroom: int = 256) -> np.ndarray:
+    """Between batches: a bigger table (else ``st`` itself) when the load passed 1/2 or the
+    next ``headroom`` inserts (a vector) could pass 3/4; never beyond the size
+    ``max_states`` needs."""
     cap = st.shape[0]
-    limit = capacity_for(int(ctl[FC_MAX]))
-    if ctl[FC_COUNT] * 2 <= cap or cap >= limit:
+    limit = max(cap, capacity_for(int(ctl[FC_MAX])))
+    count = int(ctl[FC_COUNT])
+
+    def ok(c: int) -> bool:
+        return count * 2 <= c and (count + headroom) * 4 <= c * 3
+
+    if ok(cap) or cap >= limit:
         return st
     new_cap = cap
-    while ctl[FC_COUNT] * 2 > new_cap and new_cap < limit:
+    while not ok(new_cap) and new_cap < limit:
         new_cap *= 2
     ctl[FC_CURSOR] = 0
     return rehash_states(st, new_cap)

@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from vecroute.fib.lpm import Lpm, lpm4_lookup, lpm6_lookup
+from vecroute.fib.lpm import Lpm
+from vecroute.fib.lpm_kernels import EXT, INDEX_MASK, VALID, VALUE_MASK
 from vecroute.firewall.rules import MAX_TABLE_VALUE
 
 TABLE_TYPES = ("addr", "number", "iface")
@@ -68,18 +69,45 @@ class TableError(ValueError):
 
 
 @njit(cache=True, inline="always")
+def lpm4_get(roots, groups, t, a):
+    """``vecroute.fib.lpm.lpm4_lookup`` inlined into the caller (same trie layout, see
+    ``lpm_kernels``): a call that passes the two arrays costs more than the lookup."""
+    e = roots[t, a >> np.uint32(16)]
+    if e & EXT:
+        e = groups[e & INDEX_MASK, (a >> np.uint32(8)) & np.uint32(255)]
+        if e & EXT:
+            e = groups[e & INDEX_MASK, a & np.uint32(255)]
+    return np.int64(e & VALUE_MASK) if e & VALID else np.int64(-1)
+
+
+@njit(cache=True, inline="always")
+def lpm6_get(roots, groups, t, hi, lo):
+    """``vecroute.fib.lpm.lpm6_lookup`` inlined into the caller."""
+    e = roots[t, hi >> np.uint64(48)]
+    w = hi
+    sh = np.int64(40)
+    while e & EXT:
+        if sh < 0:
+            w = lo
+            sh = np.int64(56)
+        e = groups[e & INDEX_MASK, (w >> np.uint64(sh)) & np.uint64(255)]
+        sh -= 8
+    return np.int64(e & VALUE_MASK) if e & VALID else np.int64(-1)
+
+
+@njit(cache=True, inline="always")
 def table_addr_lookup(t4_roots, t4_groups, t6_roots, t6_groups, t_idx, slot, family, hi, lo):
     """Longest-match value of an address in addr table ``slot``; -1 when absent.
     IPv4: the address is ``lo`` (0..2**32-1); IPv6: ``hi``/``lo`` are the two 64-bit halves."""
     if family == 4:
         t = t_idx[slot, TI_LPM4]
         if t < 0:
-            return -1
-        return np.int64(lpm4_lookup(t4_roots, t4_groups, t, np.uint32(lo & 0xFFFFFFFF)))
+            return np.int64(-1)
+        return lpm4_get(t4_roots, t4_groups, t, np.uint32(lo & 0xFFFFFFFF))
     t = t_idx[slot, TI_LPM6]
     if t < 0:
-        return -1
-    return np.int64(lpm6_lookup(t6_roots, t6_groups, t, np.uint64(hi), np.uint64(lo)))
+        return np.int64(-1)
+    return lpm6_get(t6_roots, t6_groups, t, np.uint64(hi), np.uint64(lo))
 
 
 @njit(cache=True, inline="always")
@@ -447,8 +475,9 @@ def _strip(line: str) -> str:
     return line.split("#", 1)[0].strip()
 
 
-def parse_addr_entries(data: bytes | str, where: str, line_names: Sequence[str] | None = None
-                       ) -> AddrEntries:
+def parse_addr_entries(
+    data: bytes | str, where: str, line_names: Sequence[str] | None = None
+) -> AddrEntries:
     """Parse addr-table lines "PREFIX [VALUE]" (vectorised; exotic forms via ``ipaddress``).
     Errors name ``where`` and the line (or ``line_names[k]`` when given)."""
     if isinstance(data, str):
@@ -482,9 +511,10 @@ def parse_addr_entries(data: bytes | str, where: str, line_names: Sequence[str] 
     )
 
 
-def parse_number_entries(lines: Iterable[str], where: str,
-                         line_names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """"NUMBER [VALUE]" lines -> (keys int64, values int64)."""
+def parse_number_entries(
+    lines: Iterable[str], where: str, line_names: Sequence[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """ "NUMBER [VALUE]" lines -> (keys int64, values int64)."""
     keys, vals = [], []
     for k, raw in enumerate(lines):
         line = _strip(raw)
@@ -502,9 +532,10 @@ def parse_number_entries(lines: Iterable[str], where: str,
     return np.array(keys, np.int64), np.array(vals, np.int64)
 
 
-def parse_iface_entries(lines: Iterable[str], where: str,
-                        line_names: Sequence[str] | None = None) -> list[tuple[str, int]]:
-    """"IFNAME [VALUE]" lines -> [(name, value)]."""
+def parse_iface_entries(
+    lines: Iterable[str], where: str, line_names: Sequence[str] | None = None
+) -> list[tuple[str, int]]:
+    """ "IFNAME [VALUE]" lines -> [(name, value)]."""
     out = []
     for k, raw in enumerate(lines):
         line = _strip(raw)
@@ -651,7 +682,8 @@ class FwTables:
             b = self._iface_rows
             self._iface_rows += 1
             self.if_tab = np.concatenate(
-                [self.if_tab, np.full((1, self.if_tab.shape[1]), -1, np.int64)])
+                [self.if_tab, np.full((1, self.if_tab.shape[1]), -1, np.int64)]
+            )
             self._iface[b] = {}
             return b
         b = self._next_backing
@@ -685,8 +717,13 @@ class FwTables:
         lines = (text.decode() if isinstance(text, bytes) else text).split("\n")
         return self.add(name, lines, where)
 
-    def add(self, name: str, entries: Sequence[str], where: str = "<entries>",
-            line_names: Sequence[str] | None = None) -> int:
+    def add(
+        self,
+        name: str,
+        entries: Sequence[str],
+        where: str = "<entries>",
+        line_names: Sequence[str] | None = None,
+    ) -> int:
         """Add entries given as "KEY [VALUE]" strings; an existing key gets the new value."""
         t = self.type_of(name)
         if t == "addr":
@@ -812,8 +849,9 @@ class FwTables:
         done between batches, a batch sees either both old or both new)."""
         sa, sb = self._slot(a), self._slot(b)
         if self.types[sa] != self.types[sb]:
-            raise TableError(f"cannot swap {self.types[sa]} table {a!r} with "
-                             f"{self.types[sb]} table {b!r}")
+            raise TableError(
+                f"cannot swap {self.types[sa]} table {a!r} with {self.types[sb]} table {b!r}"
+            )
         ra, rb = self.t_idx[sa].copy(), self.t_idx[sb].copy()
         self.t_idx[sa], self.t_idx[sb] = rb, ra
         self.generation += 1
@@ -826,9 +864,17 @@ class FwTables:
             ip = ipaddress.ip_address(key)
             v = int(ip)
             fam, hi, lo = (4, 0, v) if ip.version == 4 else (6, v >> 64, v & _M64)
-            r = table_addr_lookup(self.l4.roots, self.l4.groups, self.l6.roots, self.l6.groups,
-                                  self.t_idx, s, fam, np.int64(hi - (1 << 64) if hi >> 63 else hi),
-                                  np.int64(lo - (1 << 64) if lo >> 63 else lo))
+            r = table_addr_lookup(
+                self.l4.roots,
+                self.l4.groups,
+                self.l6.roots,
+                self.l6.groups,
+                self.t_idx,
+                s,
+                fam,
+                np.int64(hi - (1 << 64) if hi >> 63 else hi),
+                np.int64(lo - (1 << 64) if lo >> 63 else lo),
+            )
         elif t == "number":
             r = table_number_lookup(self.nt, self.t_idx, s, int(key))
         else:
@@ -859,9 +905,15 @@ class FwTables:
     def arrays(self) -> tuple:
         """(t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab) for the data path."""
         t_idx = self.t_idx if self.t_idx.shape[0] else np.full((1, T_COLS), -1, np.int32)
-        return (self.l4.roots if self.l4.roots.shape[0] else _EMPTY_ROOTS, self.l4.groups,
-                self.l6.roots if self.l6.roots.shape[0] else _EMPTY_ROOTS, self.l6.groups,
-                t_idx, self.nt, self.if_tab if self.if_tab.shape[0] else _EMPTY_IFTAB)
+        return (
+            self.l4.roots if self.l4.roots.shape[0] else _EMPTY_ROOTS,
+            self.l4.groups,
+            self.l6.roots if self.l6.roots.shape[0] else _EMPTY_ROOTS,
+            self.l6.groups,
+            t_idx,
+            self.nt,
+            self.if_tab if self.if_tab.shape[0] else _EMPTY_IFTAB,
+        )
 
 
 _EMPTY_ROOTS = np.zeros((1, 65536), np.uint32)
