@@ -254,9 +254,18 @@ def test_tx_ring_full_drops_and_counts() -> None:
 
 # -- live: namespaces joined by veth ------------------------------------------------------
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2"
-)
+
+def _require_root_and_ip() -> None:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.fail("live tests need root and iproute2 (CI runs as root; `make test` installs ip)")
+
+
+needs_root = pytest.mark.usefixtures("_root_and_ip")
+
+
+@pytest.fixture
+def _root_and_ip() -> None:
+    _require_root_and_ip()
 
 
 @pytest.fixture

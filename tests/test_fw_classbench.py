@@ -23,7 +23,12 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "classbench"
 N_PACKETS = 100_000
 SUBSET = 20_000
 
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no ClassBench data")
+
+@pytest.fixture(autouse=True)
+def _data_present():
+    if not DATA.is_dir():
+        pytest.fail(f"missing {DATA}: the shared data directory must sit beside the checkout")
+
 
 _cache: dict[str, tuple] = {}
 

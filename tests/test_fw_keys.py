@@ -132,14 +132,22 @@ def test_kernel_entry_points_agree():
         for i in range(n):
             v[i], r[i], a[i] = fw_classify(fw, keys, i, direction, now)
 
-    raw = {"rules": ["100 count ip from any to any", "200 allow tcp from 192.0.2.0/24 to any",
-                     "300 reject udp from any to any 53", "400 allow ip6 from any to any"]}
-    keys = np.stack([
-        make_key("192.0.2.1", "198.51.100.2", 6, 1, 80, 0x02),
-        make_key("203.0.113.1", "198.51.100.2", 17, 1, 53),
-        make_key("2001:db8::1", "2001:db8::2", 17, 1, 53),
-        make_key("203.0.113.1", "198.51.100.2", 47),
-    ])
+    raw = {
+        "rules": [
+            "100 count ip from any to any",
+            "200 allow tcp from 192.0.2.0/24 to any",
+            "300 reject udp from any to any 53",
+            "400 allow ip6 from any to any",
+        ]
+    }
+    keys = np.stack(
+        [
+            make_key("192.0.2.1", "198.51.100.2", 6, 1, 80, 0x02),
+            make_key("203.0.113.1", "198.51.100.2", 17, 1, 53),
+            make_key("2001:db8::1", "2001:db8::2", 17, 1, 53),
+            make_key("203.0.113.1", "198.51.100.2", 47),
+        ]
+    )
     n = keys.shape[0]
     outs, counters = [], []
     for how in ("flat", "node", "one"):

@@ -61,7 +61,7 @@ def rss_mb() -> float:
 @pytest.fixture(scope="module")
 def table():
     if not DATA.exists():
-        pytest.skip(f"missing {DATA}")
+        pytest.fail(f"missing {DATA}: the shared data directory must sit beside the checkout")
     t0 = time.perf_counter()
     arrays = load_prefix_file(DATA)
     print(f"\nload_prefix_file: {time.perf_counter() - t0:.2f} s")
