@@ -77,7 +77,26 @@ def warm() -> float:
     )
     graph.run(batch, 0)
     _warm_io(batch)
+    _warm_firewall()
     return time.perf_counter() - t0
+
+
+def _warm_firewall() -> None:
+    """The firewall compiler and classifier (a few rules, one table, IPv4 and IPv6 keys)."""
+    from vecroute.firewall.config import parse_firewall_config
+    from vecroute.firewall.firewall import Firewall
+    from vecroute.firewall.keys import make_key
+
+    cfg = parse_firewall_config({
+        "rules": ["100 allow tcp from any to table(t) 22 keep-state",
+                  "200 count ip from 192.0.2.0/24 to any",
+                  "300 deny ip6 from 2001:db8::/32 to any"],
+        "tables": [{"name": "t", "type": "addr", "entries": ["198.51.100.0/24"]}],
+    })
+    fw = Firewall(cfg, interfaces=["a"])
+    fw.classify(np.stack([make_key("192.0.2.1", "198.51.100.1", proto=6, sport=1, dport=22,
+                                   tcpflags=2),
+                          make_key("2001:db8::1", "2001:db8::2", proto=17, sport=1, dport=2)]))
 
 
 def _warm_io(batch) -> None:
