@@ -23,6 +23,7 @@ from scapy.packet import Packet, Padding
 
 from vecroute.control.config import parse_config
 from vecroute.fib.fib import Fib
+from vecroute.firewall.firewall import firewall_from_config
 from vecroute.graph.counters import COUNTERS
 from vecroute.graph.dispatch import Graph
 from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX, FREE
@@ -175,7 +176,8 @@ class Router:
         self.fib = Fib.from_config(self.cfg)
         self.state = self.fib.state()
         self.batch = PacketBatch(vector_size, spare_factor)
-        self.graph = Graph(self.state, self.batch)
+        self.firewall = firewall_from_config(self.cfg)
+        self.graph = Graph(self.state, self.batch, self.firewall)
         self.names = [i.name for i in self.cfg.interfaces]
 
     def counters(self) -> dict[str, int]:

@@ -34,17 +34,25 @@ def main() -> None:
 def check(config: str) -> None:
     """Validate CONFIG: print a summary, or one error line and exit 2."""
     from vecroute.fib.fib import Fib, RouteError
+    from vecroute.firewall.firewall import firewall_from_config
 
     try:
         cfg = load_config(config)
         fib = Fib.from_config(cfg)
+        fw = firewall_from_config(cfg)
     except (ConfigError, RouteError) as e:
         _fail(str(e))
     n4 = sum(1 for (_, p) in fib.routes if p.version == 4)
+    rules = (
+        f", firewall: {len(fw.rules)} rules (default {'allow' if fw.default_allow else 'deny'}),"
+        f" {len(fw.tables.names())} tables"
+        if fw is not None
+        else ""
+    )
     click.echo(
         f"{config}: ok: {len(cfg.interfaces)} interfaces, {n4} IPv4 and "
         f"{len(fib.routes) - n4} IPv6 routes (connected, local and broadcast included), "
-        f"{len(cfg.neighbors)} neighbors"
+        f"{len(cfg.neighbors)} neighbors{rules}"
     )
 
 

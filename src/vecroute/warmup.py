@@ -39,8 +39,9 @@ def clear_stale_cache() -> int:
     return removed
 
 
-def warm() -> float:
-    """Run one tiny batch through the whole graph; returns the seconds it took."""
+def warm(firewall: bool = True) -> float:
+    """Run one tiny batch through the whole graph (and, with ``firewall``, through the
+    graph with a firewall and the standalone classifier); returns the seconds it took."""
     from vecroute.control.config import parse_config
     from vecroute.fib.fib import Fib
     from vecroute.graph.dispatch import Graph
@@ -65,24 +66,17 @@ def warm() -> float:
     fib.del_route("2001:db8:100::/48")
     batch = PacketBatch(4)
     graph = Graph(fib.state(), batch)
-    frame = np.zeros(64, dtype=np.uint8)
-    batch.load(
-        frame,
-        np.zeros(1, np.int64),
-        np.full(1, 64, np.int32),
-        np.zeros(1, np.int64),
-        np.zeros(1, np.int32),
-        0,
-        1,
-    )
+    _load_one(batch)
     graph.run(batch, 0)
     _warm_io(batch)
-    _warm_firewall()
+    if firewall:
+        _warm_firewall(graph, batch)
     return time.perf_counter() - t0
 
 
-def _warm_firewall() -> None:
-    """The firewall compiler and classifier (a few rules, one table, IPv4 and IPv6 keys)."""
+def _warm_firewall(graph, batch) -> None:
+    """The firewall compiler, the graph with fw-in/fw-out and the standalone classifier
+    (a few rules, one table, IPv4 and IPv6 keys)."""
     from vecroute.firewall.config import parse_firewall_config
     from vecroute.firewall.firewall import Firewall
     from vecroute.firewall.keys import make_key
@@ -94,9 +88,19 @@ def _warm_firewall() -> None:
         "tables": [{"name": "t", "type": "addr", "entries": ["198.51.100.0/24"]}],
     })
     fw = Firewall(cfg, interfaces=["a"])
+    graph.attach_firewall(fw)
+    _load_one(batch)
+    graph.run(batch, 0)
+    graph.attach_firewall(None)
     fw.classify(np.stack([make_key("192.0.2.1", "198.51.100.1", proto=6, sport=1, dport=22,
                                    tcpflags=2),
                           make_key("2001:db8::1", "2001:db8::2", proto=17, sport=1, dport=2)]))
+
+
+def _load_one(batch) -> None:
+    """One all-zero frame (ethernet-input drops it; compiling is what counts)."""
+    z = np.zeros(1, np.int64)
+    batch.load(np.zeros(64, np.uint8), z, np.full(1, 64, np.int32), z, np.zeros(1, np.int32), 0, 1)
 
 
 def _warm_io(batch) -> None:

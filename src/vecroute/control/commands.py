@@ -44,6 +44,9 @@ class RouterControl(Protocol):
 
     def clear_counters(self) -> None: ...
 
+    def fw_command(self, argv: list[str]) -> str:  # `fw ...`: ValueError on bad input
+        ...
+
 
 @dataclass
 class Reply:
@@ -314,6 +317,15 @@ def _sr(r: RouterControl, argv: list[str]) -> Reply:
     return Reply({"sr": what, "op": op}, f"sr {what} {op}: ok\n")
 
 
+def _fw(r: RouterControl, argv: list[str]) -> Reply:
+    """fw show|states|counters|add|delete|zero|table|tables (ipfw's words; docs/firewall.md)."""
+    try:
+        text = r.fw_command(argv[1:])
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+    return Reply({"fw": argv[1:], "output": text}, text)
+
+
 def _keywords(words: list[str], multi: set[str]) -> dict:
     """``key value`` pairs; a positional first word is the object (sid/bsid/prefix)."""
     out: dict = {}
@@ -374,6 +386,7 @@ COMMANDS: dict[str, Callable[[RouterControl, list[str]], Reply]] = {
     "neigh": _neighbor,
     "clear": _clear,
     "sr": _sr,
+    "fw": _fw,
 }
 
 

@@ -79,6 +79,7 @@ class Config:
     router: RouterConfig = field(default_factory=RouterConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     raw: dict[str, Any] = field(default_factory=dict)
+    firewall: Any = None  # a vecroute.firewall.config.FirewallConfig; None: no firewall
 
     def interface_index(self, name: str) -> int:
         for i, itf in enumerate(self.interfaces):
@@ -255,7 +256,14 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     if "control" in data:
         r = _Reader(path, "control", data["control"], {"socket"})
         control = ControlConfig(r.get("socket", str, ControlConfig.socket))
-    return Config(path, interfaces, routes, neighbors, icmp, router, control, data)
+    firewall = None
+    if "firewall" in data:
+        from vecroute.firewall.config import parse_firewall_config  # (it imports this module)
+
+        base = Path(path).parent if path != "<config>" else Path(".")
+        firewall = parse_firewall_config(data["firewall"], path, base)
+        firewall.check_interfaces([i.name for i in interfaces])
+    return Config(path, interfaces, routes, neighbors, icmp, router, control, data, firewall)
 
 
 def load_config(path: str | Path) -> Config:

@@ -45,14 +45,19 @@ Pending = tuple[int, int, bytes, int, int]
 
 class Forwarder:
     def __init__(
-        self, fib: Fib, sockets: list, vector_size: int, state: DataPlaneState | None = None
+        self,
+        fib: Fib,
+        sockets: list,
+        vector_size: int,
+        state: DataPlaneState | None = None,
+        firewall=None,
     ) -> None:
         self.fib = fib
         self.socks = sockets
         self.batch = PacketBatch(vector_size)
         st = state or fib.state()
         st.opts[OPT_LIVE] = 1
-        self.graph = Graph(st, self.batch)
+        self.graph = Graph(st, self.batch, firewall)
         self.inject: list[Pending] = []
 
     def warm(self) -> None:

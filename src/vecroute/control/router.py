@@ -29,6 +29,7 @@ import select
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from vecroute.control.forwarder import Forwarder
 from vecroute.control.neighbors import PERMANENT, NeighborTable
 from vecroute.control.server import ControlServer
 from vecroute.fib.fib import Fib, RouteError
+from vecroute.firewall.firewall import Firewall, command_changes, firewall_from_config
 from vecroute.graph.counters import N_COUNTERS
 from vecroute.graph.node_ids import N_NODES
 from vecroute.graph.state import IFS_COLS, NS_COLS, DataPlaneState
@@ -178,7 +180,8 @@ class LiveRouter:
         self.config_path = cfg.path
         from vecroute.warmup import warm
 
-        log.info("kernels ready in %.1f s", warm())  # no JIT pause on a first packet or ctl
+        # no JIT pause on a first packet or ctl
+        log.info("kernels ready in %.1f s", warm(firewall=cfg.firewall is not None))
         self.macs = {itf.name: read_mac(itf.name) for itf in cfg.interfaces}
         if prepare_ports:
             for itf in cfg.interfaces:
@@ -187,6 +190,7 @@ class LiveRouter:
             self.fib = Fib.from_config(cfg, self.macs)
         except RouteError as e:
             raise StartupError(str(e)) from None
+        self.firewall = _make_firewall(cfg)
         self.neigh = NeighborTable(self.fib, self._send_frame, self._reinject)
         self.ctl_tx = []
         for itf in cfg.interfaces:
@@ -198,7 +202,7 @@ class LiveRouter:
         # the parent's forwarder: the only one with one worker; with several it has no
         # rings and only forwards packets that waited for a neighbour
         socks = self._open_sockets(None) if self.n_workers == 1 else []
-        self.fwd = Forwarder(self.fib, socks, cfg.router.vector_size)
+        self.fwd = Forwarder(self.fib, socks, cfg.router.vector_size, firewall=self.firewall)
         self.fwd.warm()
         if self.n_workers > 1:
             self.fib.journal = []
@@ -235,7 +239,7 @@ class LiveRouter:
                 parent_end.close()
                 code = 0
                 try:
-                    _worker_main(self.fib, self.cfg, child_end, shm, group)
+                    _worker_main(self.fib, self.firewall, self.cfg, child_end, shm, group)
                 except BaseException:  # noqa: BLE001 - a worker must never unwind into the parent's code
                     log.exception("worker crashed")
                     code = 1
@@ -304,6 +308,69 @@ class LiveRouter:
         self._flush_journal()
         self.neigh.changed = False
 
+    def fw_command(self, argv: list[str]) -> str:
+        """A ``ctl fw`` command: applied here first (a bad one raises ValueError and changes
+        nothing), then sent to every worker, which applies it between two batches."""
+        fw = self.firewall
+        if fw is None:
+            raise ValueError("no firewall: the configuration has no [firewall] section")
+        now = time.monotonic_ns()
+        if self.workers and argv and argv[0] in ("show", "states", "counters"):
+            return self._fw_gather(argv, now)
+        text = fw.command(argv, now)
+        if self.workers and command_changes(argv):
+            for w in self.workers:
+                _send_msg(w.sock, ("fw", list(argv)))
+        return text
+
+    def _fw_gather(self, argv: list[str], now: int) -> str:
+        """show / states / counters over all workers (each has its own counters/states)."""
+        from vecroute.firewall.show import render_show, render_states
+
+        parts = [fw_report(self.firewall, argv, now)]
+        for w in self.workers:
+            _send_msg(w.sock, ("fw-query", list(argv)))
+        for w in self.workers:
+            parts.append(self._await_reply(w))
+        fw = self.firewall
+        if argv[0] == "show":
+            cnt = fw.compiled.cnt.copy()
+            index = {int(u): k for k, u in enumerate(fw.compiled.uids)}
+            for part in parts[1:]:
+                for u, row in zip(*part, strict=True):
+                    k = index.get(int(u))
+                    if k is not None:
+                        cnt[k, :2] += row[:2]
+                        cnt[k, 2] = max(cnt[k, 2], row[2])
+            return render_show(fw.compiled.rules, cnt, with_time="-t" in argv)
+        if argv[0] == "states":
+            return render_states([s for part in parts for s in part])
+        total: dict[str, int] = {}
+        for part in parts:
+            for k, v in part.items():
+                total[k] = v if k == "max-states" else total.get(k, 0) + v
+        return "".join(f"{k}: {v}\n" for k, v in total.items())
+
+    def _await_reply(self, w: Worker, timeout: float = 5.0):
+        """The worker's answer to a query (punts arriving meanwhile are handled)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([w.sock], [], [], max(0.0, deadline - time.monotonic()))
+            if not r:
+                break
+            data = w.sock.recv(MSG_MAX)
+            if not data:
+                break
+            msg = pickle.loads(data)
+            if isinstance(msg, tuple) and msg[0] == "fw-reply":
+                path = Path(msg[1])
+                try:
+                    return pickle.loads(path.read_bytes())
+                finally:
+                    path.unlink(missing_ok=True)
+            self._handle_punts(msg, time.monotonic_ns())
+        raise ValueError(f"worker {w.pid} did not answer the firewall query")
+
     def clear_counters(self) -> None:
         self.fwd.graph.state.clear_counters()
         for w in self.workers:
@@ -341,10 +408,13 @@ class LiveRouter:
             for n in self.neigh.entries.values():  # keep what was learnt
                 if n.mac is not None and n.state != PERMANENT:
                     fib.add_neighbor(n.ip, n.mac, cfg.interfaces[n.ifx].name)
-        except (ConfigError, RouteError) as e:
+            firewall = _make_firewall(cfg)
+        except (ConfigError, RouteError, StartupError) as e:
             log.error("reload failed, keeping the running configuration: %s", e)
             return
         self.cfg, self.fib = cfg, fib
+        self.firewall = firewall  # rebuilt from the file: ctl changes and states are gone
+        self.fwd.graph.attach_firewall(firewall)
         self.neigh.fib = fib
         self.fwd.fib = fib
         if self.workers:
@@ -455,8 +525,29 @@ class LiveRouter:
         log.info("vecroute stopped")
 
 
+def _make_firewall(cfg: Config) -> Firewall | None:
+    try:
+        return firewall_from_config(cfg)
+    except ValueError as e:  # a rule naming a table that does not exist, say
+        raise StartupError(str(e)) from None
+
+
+def fw_report(fw: Firewall, argv: list[str], now: int):
+    """One process's part of ``fw show|states|counters`` (summed by the parent)."""
+    if argv[0] == "show":
+        return fw.compiled.uids.copy(), fw.compiled.cnt.copy()
+    if argv[0] == "states":
+        return fw.states(now)
+    return fw.counters()
+
+
 def _worker_main(
-    fib: Fib, cfg: Config, ctl: socket.socket, shm: SharedCounters, group: int
+    fib: Fib,
+    firewall: Firewall | None,
+    cfg: Config,
+    ctl: socket.socket,
+    shm: SharedCounters,
+    group: int,
 ) -> None:
     """A worker: its own rings (fanout group), its own FIB copy, punts to the parent."""
     from vecroute.io.af_packet import PacketSocket
@@ -478,7 +569,7 @@ def _worker_main(
         )
         for ifx, itf in enumerate(cfg.interfaces)
     ]
-    fwd = Forwarder(fib, socks, cfg.router.vector_size, shm.attach(fib.state()))
+    fwd = Forwarder(fib, socks, cfg.router.vector_size, shm.attach(fib.state()), firewall)
     poller = select.poll()
     for s in socks:
         poller.register(s.fileno(), select.POLLIN)
@@ -517,6 +608,17 @@ def _worker_control(fwd: Forwarder, fib: Fib, ctl: socket.socket) -> Fib | None:
                     getattr(fib, name)(*args, **kwargs)
                 except RouteError as e:
                     log.warning("worker could not apply %s: %s", name, e)
+        elif msg[0] == "fw":
+            try:
+                fwd.graph.firewall.command(msg[1], time.monotonic_ns())
+            except ValueError as e:
+                log.warning("worker could not apply fw %s: %s", " ".join(msg[1]), e)
+        elif msg[0] == "fw-query":
+            fd, path = tempfile.mkstemp(prefix="vecroute-fw-", dir=_reply_dir())
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(fw_report(fwd.graph.firewall, msg[1], time.monotonic_ns()), f)
+            _send_msg(ctl, ("fw-reply", path))
+            continue
         elif msg[0] == "reload":
             cfg = load_config(msg[1])
             macs = {i.name: read_mac(i.name) for i in cfg.interfaces}
@@ -524,4 +626,10 @@ def _worker_control(fwd: Forwarder, fib: Fib, ctl: socket.socket) -> Fib | None:
             for ip, mac, ifname in msg[2]:
                 fib.add_neighbor(ip, mac, ifname)
             fwd.fib = fib
+            fwd.graph.attach_firewall(firewall_from_config(cfg))
         fwd.refresh()
+
+
+def _reply_dir() -> str | None:
+    """Where workers leave query answers too big for a socket message (tmpfs if any)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else None

@@ -34,7 +34,7 @@ from vecroute.firewall.classifier import (
     index_mapping,
     insert_rule,
 )
-from vecroute.firewall.config import FirewallConfig
+from vecroute.firewall.config import FirewallConfig, FirewallConfigError
 from vecroute.firewall.rules import (
     AUTO_STEP,
     DEFAULT_NUMBER,
@@ -351,9 +351,37 @@ class Firewall:
         raise ValueError(f"fw: unknown command {cmd!r}")
 
 
+_READ_ONLY = {"show", "states", "counters", "tables"}
+
+
+def command_changes(argv: Sequence[str]) -> bool:
+    """Whether a ``ctl fw`` command changes the firewall (and must reach every worker)."""
+    if not argv or argv[0] in _READ_ONLY:
+        return False
+    return not (argv[0] == "table" and len(argv) > 2 and argv[2] == "list")
+
+
+def firewall_from_config(cfg) -> Firewall | None:
+    """The firewall a router config asks for (``cfg.firewall``), None without [firewall]:
+    interfaces in config order, ``me``/``me6`` = the interfaces' addresses."""
+    if cfg.firewall is None:
+        return None
+    addrs = [a.ip for itf in cfg.interfaces for a in itf.addresses]
+    try:
+        return Firewall(
+            cfg.firewall,
+            [itf.name for itf in cfg.interfaces],
+            [a for a in addrs if a.version == 4],
+            [a for a in addrs if a.version == 6],
+            cfg.router.vector_size,
+        )
+    except (RuleError, TableError) as e:  # e.g. a rule naming a table that does not exist
+        raise FirewallConfigError(str(e)) from None
+
+
 def _entries(args: list[str]) -> list[str]:
     """``KEY [VALUE] [, KEY [VALUE] ...]`` -> one "KEY [VALUE]" line per entry."""
     return [p.strip() for p in " ".join(args).split(",") if p.strip()]
 
 
-__all__ = ["Firewall", "FC_COLS"]
+__all__ = ["Firewall", "FC_COLS", "command_changes", "firewall_from_config"]

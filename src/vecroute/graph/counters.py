@@ -159,6 +159,17 @@ COUNTERS: tuple[Counter, ...] = (
     Counter(
         "icmp-error-no-route", "icmp-error", "event", "no ICMP error: no route back to the source"
     ),
+    # firewall
+    Counter("fw-deny", "fw-in", "drop",
+            "denied by a firewall rule (deny, or the default rule 65535 set to deny)"),
+    Counter("fw-reject", "fw-in", "drop",
+            "rejected by a firewall rule: answered with an ICMP/ICMPv6 unreachable"),
+    Counter("fw-reset", "fw-in", "drop",
+            "rejected by a firewall `reset` rule: answered with a TCP RST"),
+    Counter("fw-state-full", "fw-in", "drop",
+            "keep-state found the state table full (max_states): new flow dropped"),
+    Counter("fw-reset-suppressed", "tcp-reset", "event",
+            "no TCP RST: the rejected packet came from a multicast/invalid source"),
     # generic
     Counter("punt", "punt", "event", "packet handed to the control plane"),
 )
@@ -229,6 +240,11 @@ C_ICMP_ERROR_SUPPRESSED = _c("icmp-error-suppressed")
 C_ICMP_RATE_LIMITED = _c("icmp-rate-limited")
 C_ICMP_ERROR_NO_ROUTE = _c("icmp-error-no-route")
 C_PUNT = _c("punt")
+C_FW_DENY = _c("fw-deny")
+C_FW_REJECT = _c("fw-reject")
+C_FW_RESET = _c("fw-reset")
+C_FW_STATE_FULL = _c("fw-state-full")
+C_FW_RESET_SUPPRESSED = _c("fw-reset-suppressed")
 C_SRV6_ENCAPSULATED = _c("srv6-encapsulated")
 C_SRV6_NO_ROUTE = _c("srv6-no-route")
 C_SRV6_POLICY_EMPTY = _c("srv6-policy-empty")

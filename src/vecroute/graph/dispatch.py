@@ -9,10 +9,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from vecroute.firewall.classifier import DIR_IN, DIR_OUT, FW
+from vecroute.firewall.keys import K_COLS
 from vecroute.graph import node_ids as N
 from vecroute.graph.arp_input import arp_input
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.ethernet_input import ethernet_input
+from vecroute.graph.firewall import fw_node
 from vecroute.graph.icmp_error import icmp4_error, icmp6_error
 from vecroute.graph.ip4_frag import ip4_frag
 from vecroute.graph.ip4_input import ip4_input
@@ -24,7 +27,18 @@ from vecroute.graph.output import error_drop, interface_output, punt_node
 from vecroute.graph.rewrite import ip4_rewrite, ip6_rewrite
 from vecroute.graph.srv6_encap import srv6_encap
 from vecroute.graph.srv6_localsid import srv6_localsid
-from vecroute.graph.state import DP, NS_CALLS, NS_CLOCKS, NS_PACKETS, OPT_FIB_GEN, DataPlaneState
+from vecroute.graph.state import (
+    DP,
+    FW_RUN_IN,
+    FW_RUN_OUT,
+    NS_CALLS,
+    NS_CLOCKS,
+    NS_PACKETS,
+    OPT_FIB_GEN,
+    OPT_FW,
+    DataPlaneState,
+)
+from vecroute.graph.tcp_reset import tcp_reset
 from vecroute.packet.batch import M_NEXT, PacketBatch
 
 
@@ -35,9 +49,35 @@ def run_graph(
     lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
     opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
 ) -> None:
+    """One batch through the graph, without a firewall (its nodes are compiled away)."""
     dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
             node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache)
+    _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, None, None, None)
+
+
+@njit(cache=True)
+def run_graph_fw(
+    n, now, buf, meta, ts, nalloc, frames, frame_n, work, txl, txn,
+    ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
+    lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
+    opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
+    c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes, cnt,
+    t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl, fwk, fwv,
+) -> None:
+    """One batch through the graph with a firewall (the FW arrays, then its key and
+    verdict scratch matrices)."""
+    dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
+            lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
+            node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache)
+    fw = FW(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes,
+            cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl)
+    _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
+
+
+@njit(cache=True)
+def _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv) -> None:
+    node_stats = dp.node_stats
     frame_n[:] = 0
     txn[0] = 0
     for i in range(n):  # usually ethernet-input; re-injected packets enter at a lookup
@@ -64,6 +104,8 @@ def run_graph(
                 ip4_input(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.IP6_INPUT:
                 ip6_input(work, k, buf, meta, frames, frame_n, dp)
+            elif node == N.FW_IN:
+                fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, DIR_IN)
             elif node == N.IP4_LOCAL:
                 ip4_local(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.IP6_LOCAL:
@@ -80,6 +122,10 @@ def run_graph(
                 icmp4_error(work, k, buf, meta, frames, frame_n, dp, now)
             elif node == N.ICMP6_ERROR:
                 icmp6_error(work, k, buf, meta, frames, frame_n, dp, now)
+            elif node == N.TCP_RESET:
+                tcp_reset(work, k, buf, meta, frames, frame_n, dp)
+            elif node == N.FW_OUT:
+                fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, DIR_OUT)
             elif node == N.IP4_REWRITE:
                 ip4_rewrite(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.IP6_REWRITE:
@@ -101,9 +147,10 @@ def run_graph(
 
 
 class Graph:
-    """Runs batches through the node graph against a swappable forwarding state."""
+    """Runs batches through the node graph against a swappable forwarding state and, when
+    given one, a firewall (whose arrays are re-read whenever its generation changes)."""
 
-    def __init__(self, state: DataPlaneState, batch: PacketBatch) -> None:
+    def __init__(self, state: DataPlaneState, batch: PacketBatch, firewall=None) -> None:
         self.state = state
         cap = batch.capacity
         self.frames = np.zeros((N.N_NODES, cap), dtype=np.int32)
@@ -112,6 +159,18 @@ class Graph:
         self.txl = np.zeros(cap, dtype=np.int32)
         self.txn = np.zeros(1, dtype=np.int32)
         self._args = state.args()
+        self.firewall = None
+        self._fw_args: tuple = ()
+        self._fw_gen = -1
+        self._fw_scratch = (np.zeros((cap, K_COLS), np.int64), np.zeros((3, cap), np.int32))
+        self.attach_firewall(firewall)
+
+    def attach_firewall(self, firewall, directions: int = FW_RUN_IN | FW_RUN_OUT) -> None:
+        """Run ``firewall`` (a :class:`vecroute.firewall.Firewall`) at input and output from
+        the next batch on; ``None`` removes it."""
+        self.firewall = firewall
+        self._fw_gen = -1
+        self.state.opts[OPT_FW] = directions if firewall is not None else 0
 
     def swap_state(self, state: DataPlaneState) -> None:
         """Install a new forwarding state between batches (counters carry over)."""
@@ -129,7 +188,17 @@ class Graph:
 
     def run(self, batch: PacketBatch, now_ns: int) -> np.ndarray:
         """Process the batch; returns the indices of packets to transmit, in order."""
-        run_graph(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc,
-                  self.frames, self.frame_n, self.work, self.txl, self.txn,
-                  *self._args)
+        fw = self.firewall
+        if fw is None:
+            run_graph(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc,
+                      self.frames, self.frame_n, self.work, self.txl, self.txn,
+                      *self._args)
+        else:
+            fw.maintain()
+            if fw.generation != self._fw_gen:
+                self._fw_gen = fw.generation
+                self._fw_args = (*fw.args(), *self._fw_scratch)
+            run_graph_fw(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc,
+                         self.frames, self.frame_n, self.work, self.txl, self.txn,
+                         *self._args, *self._fw_args)
         return self.txl[: self.txn[0]]

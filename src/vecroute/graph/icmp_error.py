@@ -34,6 +34,7 @@ from vecroute.graph.state import (
 )
 from vecroute.packet.batch import (
     F_FRAG_NONFIRST,
+    F_FW_SKIP,
     F_ICMP_ERROR,
     F_IP6,
     F_L2_MCAST,
@@ -90,13 +91,13 @@ def take_token(tb, now: int) -> bool:
 
 
 @njit(cache=True, inline="always")
-def _count_drop(meta, dp, i) -> None:
+def count_drop(meta, dp, i) -> None:
     dp.counters[meta[M_ERR, i]] += 1
     dp.if_stats[meta[M_RX, i], IFS_DROPS] += 1
 
 
 @njit(cache=True, inline="always")
-def _give_up(frames, frame_n, meta, dp, i, why) -> None:
+def give_up(frames, frame_n, meta, dp, i, why) -> None:
     """No error is sent: the original is already counted; count why and free the slot."""
     dp.counters[why] += 1
     meta[M_ERR, i] = -1
@@ -107,7 +108,8 @@ def _give_up(frames, frame_n, meta, dp, i, why) -> None:
 def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
     for j in range(k):
         i = work[j]
-        _count_drop(meta, dp, i)
+        count_drop(meta, dp, i)
+        reject = meta[M_ERR, i] == C.C_FW_REJECT  # the firewall's answer: not filtered again
         flags = meta[M_FLAGS, i]
         l3 = meta[M_L3, i]
         src = rd32(buf, l3 + 12)
@@ -117,23 +119,23 @@ def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
             or (dst >> np.uint32(28)) >= 14
             or is_martian4(src)
         ):
-            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
+            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
             continue
         h = np.uint32(mix64(np.uint64(src)) >> np.uint64(40))
         a = resolve4(dp, meta[M_FIB, i], src, h)
         dp.counters[C.C_FIB_LOOKUPS] += 1  # the error's own lookup, found or not
         if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
-            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
+            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
             continue
         out_if = dp.adj[a, A_IF]  # -1 behind an SR policy: use the receiving interface
         me = np.uint32(dp.ifc[out_if, I_IP4]) if out_if >= 0 else np.uint32(0)
         if me == 0:
             me = np.uint32(dp.ifc[meta[M_RX, i], I_IP4])
         if me == 0:
-            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
+            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
             continue
         if not take_token(dp.icmp_tb, now):
-            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_RATE_LIMITED)
+            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_RATE_LIMITED)
             continue
         iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
         quote = min(iplen, ICMP4_MAX_LEN - IP4_HLEN - 8)
@@ -164,7 +166,7 @@ def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         meta[M_L4, i] = c
         meta[M_LEN, i] = total
         meta[M_PROTO, i] = PROTO_ICMP
-        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR
+        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR | (F_FW_SKIP if reject else 0)
         meta[M_ADJ, i] = a
         meta[M_ERR, i] = -1
         dp.counters[C.C_ICMP_ERROR_SENT] += 1
@@ -186,7 +188,8 @@ def _copy_addr(buf, o, dp, ifx, slot) -> bool:
 def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
     for j in range(k):
         i = work[j]
-        _count_drop(meta, dp, i)
+        count_drop(meta, dp, i)
+        reject = meta[M_ERR, i] == C.C_FW_REJECT  # the firewall's answer: not filtered again
         flags = meta[M_FLAGS, i]
         l3 = meta[M_L3, i]
         aux = meta[M_AUX, i]
@@ -201,16 +204,16 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
             or bad_src
             or (not mcast_ok and (flags & F_L2_MCAST or buf[l3 + 24] == 0xFF))
         ):
-            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
+            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
             continue
         h = np.uint32(mix64(src_hi ^ mix64(src_lo)) >> np.uint64(40))
         a = resolve6(dp, meta[M_FIB, i], src_hi, src_lo, h)
         dp.counters[C.C_FIB_LOOKUPS] += 1  # the error's own lookup, found or not
         if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
-            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
+            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
             continue
         if not take_token(dp.icmp_tb, now):
-            _give_up(frames, frame_n, meta, dp, i, C.C_ICMP_RATE_LIMITED)
+            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_RATE_LIMITED)
             continue
         iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
         quote = min(iplen, ICMP6_MAX_LEN - IP6_HLEN - 8)
@@ -241,7 +244,7 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         meta[M_L4, i] = c
         meta[M_LEN, i] = IP6_HLEN + 8 + quote
         meta[M_PROTO, i] = PROTO_ICMPV6
-        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR | F_IP6
+        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR | F_IP6 | (F_FW_SKIP if reject else 0)
         meta[M_ADJ, i] = a
         meta[M_ERR, i] = -1
         dp.counters[C.C_ICMP_ERROR_SENT] += 1

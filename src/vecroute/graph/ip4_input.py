@@ -10,7 +10,8 @@ from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
-from vecroute.graph.node_ids import IP4_LOCAL, IP4_LOOKUP
+from vecroute.graph.node_ids import FW_IN, IP4_LOCAL, IP4_LOOKUP
+from vecroute.graph.state import FW_RUN_IN, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
@@ -40,6 +41,7 @@ def is_icmp4_error_type(t: int) -> bool:
 
 @njit(cache=True)
 def ip4_input(work, k, buf, meta, frames, frame_n, dp) -> None:
+    routed = FW_IN if dp.opts[OPT_FW] & FW_RUN_IN else IP4_LOOKUP  # the input firewall
     for j in range(k):
         i = work[j]
         o = meta[M_OFF, i]
@@ -87,4 +89,4 @@ def ip4_input(work, k, buf, meta, frames, frame_n, dp) -> None:
         elif (dst >> np.uint32(28)) == 14:
             drop(frames, frame_n, meta, i, C.C_IP4_DST_MULTICAST)
         else:
-            enqueue(frames, frame_n, meta, IP4_LOOKUP, i)
+            enqueue(frames, frame_n, meta, routed, i)

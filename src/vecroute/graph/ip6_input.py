@@ -10,8 +10,8 @@ from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
-from vecroute.graph.node_ids import IP6_LOCAL, IP6_LOOKUP
-from vecroute.graph.state import IF6_LL
+from vecroute.graph.node_ids import FW_IN, IP6_LOCAL, IP6_LOOKUP
+from vecroute.graph.state import FW_RUN_IN, IF6_LL, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
@@ -96,6 +96,7 @@ def _wanted_multicast(dp, rx, buf, l3) -> bool:
 
 @njit(cache=True)
 def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
+    routed = FW_IN if dp.opts[OPT_FW] & FW_RUN_IN else IP6_LOOKUP  # the input firewall
     for j in range(k):
         i = work[j]
         o = meta[M_OFF, i]
@@ -153,4 +154,4 @@ def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
             else:
                 drop(frames, frame_n, meta, i, C.C_IP6_LINK_LOCAL)
         else:
-            enqueue(frames, frame_n, meta, IP6_LOOKUP, i)
+            enqueue(frames, frame_n, meta, routed, i)

@@ -14,6 +14,7 @@ from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import flow_hash4, flow_hash6
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.node_ids import (
+    FW_OUT,
     IP4_LOCAL,
     IP4_REWRITE,
     IP6_LOCAL,
@@ -27,11 +28,14 @@ from vecroute.graph.state import (
     ADJ_LOCAL,
     ADJ_SRV6_ENCAP,
     ADJ_SRV6_LOCALSID,
+    FW_RUN_OUT,
     LB_N,
     LB_START,
+    OPT_FW,
 )
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
+    F_FW_SKIP,
     F_LOCAL_ORIGIN,
     M_ADJ,
     M_FIB,
@@ -96,6 +100,8 @@ def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
         enqueue(frames, frame_n, meta, SRV6_LOCALSID, i)
     elif t == ADJ_SRV6_LOCALSID:
         drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
+    elif dp.opts[OPT_FW] & FW_RUN_OUT and not meta[M_FLAGS, i] & F_FW_SKIP:
+        enqueue(frames, frame_n, meta, FW_OUT, i)  # the output firewall, then rewrite
     else:
         enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)
 

@@ -11,6 +11,7 @@ NODE_NAMES: tuple[str, ...] = (
     "arp-input",
     "ip4-input",
     "ip6-input",
+    "fw-in",
     "ip4-local",
     "ip6-local",
     "ip4-lookup",
@@ -19,6 +20,8 @@ NODE_NAMES: tuple[str, ...] = (
     "srv6-encap",
     "icmp4-error",
     "icmp6-error",
+    "tcp-reset",
+    "fw-out",
     "ip4-rewrite",
     "ip6-rewrite",
     "ip4-frag",
@@ -33,6 +36,7 @@ ETHERNET_INPUT = NODE_NAMES.index("ethernet-input")
 ARP_INPUT = NODE_NAMES.index("arp-input")
 IP4_INPUT = NODE_NAMES.index("ip4-input")
 IP6_INPUT = NODE_NAMES.index("ip6-input")
+FW_IN = NODE_NAMES.index("fw-in")
 IP4_LOCAL = NODE_NAMES.index("ip4-local")
 IP6_LOCAL = NODE_NAMES.index("ip6-local")
 IP4_LOOKUP = NODE_NAMES.index("ip4-lookup")
@@ -41,6 +45,8 @@ SRV6_LOCALSID = NODE_NAMES.index("srv6-localsid")
 SRV6_ENCAP = NODE_NAMES.index("srv6-encap")
 ICMP4_ERROR = NODE_NAMES.index("icmp4-error")
 ICMP6_ERROR = NODE_NAMES.index("icmp6-error")
+TCP_RESET = NODE_NAMES.index("tcp-reset")
+FW_OUT = NODE_NAMES.index("fw-out")
 IP4_REWRITE = NODE_NAMES.index("ip4-rewrite")
 IP6_REWRITE = NODE_NAMES.index("ip6-rewrite")
 IP4_FRAG = NODE_NAMES.index("ip4-frag")

@@ -35,6 +35,7 @@ from vecroute.graph.state import (
     POL_BSTART,
 )
 from vecroute.packet.batch import (
+    F_FW_SKIP,
     F_HLIM_DONE,
     F_IP6,
     F_LOCAL_ORIGIN,
@@ -170,7 +171,8 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
         meta[M_L3, i] = n
         meta[M_L4, i] = n + 40
         meta[M_LEN, i] = hdrlen + iplen
-        meta[M_FLAGS, i] = F_IP6 | F_HLIM_DONE | (flags & F_LOCAL_ORIGIN)
+        # the inner packet passed fw-in; the outer one is not filtered at output
+        meta[M_FLAGS, i] = F_IP6 | F_HLIM_DONE | F_FW_SKIP | (flags & F_LOCAL_ORIGIN)
         done += 1
         if adj[a, A_TYPE] == ADJ_REWRITE:
             meta[M_ADJ, i] = a

@@ -17,6 +17,7 @@ import numpy as np
 
 from vecroute.control.config import Config
 from vecroute.fib.fib import Fib
+from vecroute.firewall.firewall import firewall_from_config
 from vecroute.graph.dispatch import Graph
 from vecroute.io.pcap import PcapWriter, read_capture
 from vecroute.packet.batch import M_LEN, M_OFF, M_ORIG, M_SEQ, M_TX, PacketBatch
@@ -78,7 +79,8 @@ class Replayer:
         self.cfg = cfg
         self.fib = Fib.from_config(cfg)
         self.batch = PacketBatch(vector_size or cfg.router.vector_size)
-        self.graph = Graph(self.fib.state(), self.batch)
+        self.firewall = firewall_from_config(cfg)
+        self.graph = Graph(self.fib.state(), self.batch, self.firewall)
 
     def run(self, inputs: list[tuple[str, str]], out_dir: str | Path) -> ReplayResult:
         if not inputs:

@@ -1,0 +1,67 @@
+"""fw-in / fw-out: the firewall as two graph nodes around the one route lookup.
+
+fw-in sees what ip4-input/ip6-input validated, before the lookup (ipfw's ``in``: packets
+to the router and packets to forward); fw-out sees what the lookup sends to an interface,
+with the transmit interface known (``out``, ``xmit``), including packets the router itself
+originates (echo replies, ICMP errors). A vector is classified at once by the compiled
+classifier (:func:`vecroute.firewall.classifier.fw_batch`); the verdicts then send each
+packet on: to the lookup / rewrite, to error-drop, to icmp-error (``reject``, ``unreach``)
+or to tcp-reset (``reset``). Neighbour discovery to link-local or multicast addresses and
+limited broadcasts go straight to ip4-local/ip6-local and are not filtered.
+
+With no firewall the graph is compiled with ``fw = None`` and these nodes vanish; with
+one, the ``opts[OPT_FW]`` bits say which directions run.
+"""
+
+from numba import njit
+
+from vecroute.firewall.classifier import (
+    DIR_IN,
+    DROP_STATE_FULL,
+    V_DROP,
+    V_PASS,
+    V_REJECT,
+    fw_batch,
+)
+from vecroute.firewall.keys import K_FAMILY, K_RX, K_TX, extract_keys
+from vecroute.graph import counters as C
+from vecroute.graph.frames import drop, enqueue, icmp_error
+from vecroute.graph.node_ids import IP4_LOOKUP, IP4_REWRITE, IP6_LOOKUP, IP6_REWRITE, TCP_RESET
+from vecroute.graph.state import A_IF
+from vecroute.packet.batch import F_FW_SKIP, F_LOCAL_ORIGIN, M_ADJ, M_ERR, M_FLAGS
+
+
+@njit(cache=True)
+def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, direction) -> None:
+    """Classify the vector (``direction`` DIR_IN at fw-in, DIR_OUT at fw-out) and act."""
+    if fw is None:  # compiled away when the graph has no firewall
+        return
+    extract_keys(buf, meta, work, k, fwk)
+    if direction != DIR_IN:
+        for j in range(k):
+            i = work[j]
+            fwk[j, K_TX] = dp.adj[meta[M_ADJ, i], A_IF]
+            if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
+                fwk[j, K_RX] = -1  # the router's own packet: no receive interface
+    verdicts = fwv[0]
+    aux = fwv[2]
+    fw_batch(fw, fwk, k, direction, now, verdicts, fwv[1], aux)
+    for j in range(k):
+        i = work[j]
+        v = verdicts[j]
+        ip6 = fwk[j, K_FAMILY] == 6
+        if v == V_PASS:
+            if direction == DIR_IN:
+                enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6 else IP4_LOOKUP, i)
+            else:
+                meta[M_FLAGS, i] |= F_FW_SKIP  # re-injected after neighbour resolution: once
+                enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)
+        elif v == V_DROP:
+            reason = C.C_FW_STATE_FULL if aux[j] == DROP_STATE_FULL else C.C_FW_DENY
+            drop(frames, frame_n, meta, i, reason)
+        elif v == V_REJECT:
+            a = aux[j]
+            icmp_error(frames, frame_n, meta, i, ip6, C.C_FW_REJECT, a >> 8, a & 0xFF, 0)
+        else:  # V_RESET
+            meta[M_ERR, i] = C.C_FW_RESET
+            enqueue(frames, frame_n, meta, TCP_RESET, i)

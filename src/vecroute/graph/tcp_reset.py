@@ -1,0 +1,131 @@
+"""tcp-reset: answer a TCP segment a firewall ``reset`` rule rejected with a RST.
+
+The RST is built in place over the offending packet (its fields are read first) and
+routed back through the lookup from the address the segment was sent to, as the peer
+would have answered (RFC 9293 3.10.7.1: with an ACK in the segment the RST takes its
+sequence number from it, otherwise sequence 0 with ACK = SEG.SEQ + SEG.LEN). It is marked
+so that fw-out does not filter it again (ipfw's ``M_SKIP_FIREWALL``). No RST answers a
+segment from or to a multicast/broadcast or invalid address.
+"""
+
+import numpy as np
+from numba import njit
+
+from vecroute.graph import counters as C
+from vecroute.graph.frames import enqueue
+from vecroute.graph.icmp_error import count_drop, give_up
+from vecroute.graph.ip4_input import is_martian4
+from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP
+from vecroute.graph.state import TB_IP_ID
+from vecroute.packet.batch import (
+    F_FW_SKIP,
+    F_IP6,
+    F_L2_MCAST,
+    F_LOCAL_ORIGIN,
+    M_ERR,
+    M_FLAGS,
+    M_L3,
+    M_L4,
+    M_LEN,
+    M_OFF,
+    M_PROTO,
+)
+from vecroute.packet.checksum import checksum, pseudo_header4, pseudo_header6
+from vecroute.packet.headers import IP4_HLEN, IP6_HLEN, PROTO_TCP, rd16, rd32, wr16, wr32
+
+TCP_HLEN = 20
+TH_FIN = 0x01
+TH_SYN = 0x02
+TH_RST = 0x04
+TH_ACK = 0x10
+RST_TTL = 64
+
+
+@njit(cache=True)
+def tcp_reset(work, k, buf, meta, frames, frame_n, dp) -> None:
+    for j in range(k):
+        i = work[j]
+        count_drop(meta, dp, i)
+        l3 = meta[M_L3, i]
+        l4 = meta[M_L4, i]
+        end = meta[M_OFF, i] + meta[M_LEN, i]
+        ip6 = (buf[l3] >> 4) == 6
+        src = rd32(buf, l3 + 12)
+        if ip6:
+            bad = (
+                buf[l3 + 8] == 0xFF  # multicast source
+                or buf[l3 + 24] == 0xFF  # multicast destination
+                or (rd32(buf, l3 + 8) | rd32(buf, l3 + 12) | rd32(buf, l3 + 16)) == 0
+            )  # unspecified, loopback or v4-compatible source
+        else:
+            bad = (rd32(buf, l3 + 16) >> np.uint32(28)) >= 14 or is_martian4(src)
+        if bad or meta[M_FLAGS, i] & F_L2_MCAST or l4 <= 0 or l4 + TCP_HLEN > end:
+            give_up(frames, frame_n, meta, dp, i, C.C_FW_RESET_SUPPRESSED)
+            continue
+        sport = rd16(buf, l4)
+        dport = rd16(buf, l4 + 2)
+        seq = rd32(buf, l4 + 4)
+        ack = rd32(buf, l4 + 8)
+        doff = np.int64(buf[l4 + 12] >> 4) * 4
+        flags = buf[l4 + 13]
+        seglen = end - l4 - max(doff, TCP_HLEN)
+        if seglen < 0:
+            seglen = 0
+        if flags & TH_SYN:
+            seglen += 1
+        if flags & TH_FIN:
+            seglen += 1
+        if ip6:
+            a = np.empty(32, np.uint8)  # the addresses, swapped on the way back
+            for b in range(16):
+                a[b] = buf[l3 + 24 + b]
+                a[16 + b] = buf[l3 + 8 + b]
+            wr32(buf, l3, np.uint32(0x60000000))
+            wr16(buf, l3 + 4, TCP_HLEN)
+            buf[l3 + 6] = PROTO_TCP
+            buf[l3 + 7] = RST_TTL
+            for b in range(32):
+                buf[l3 + 8 + b] = a[b]
+            hl = IP6_HLEN
+        else:
+            dst = rd32(buf, l3 + 16)
+            buf[l3] = 0x45
+            buf[l3 + 1] = 0
+            wr16(buf, l3 + 2, IP4_HLEN + TCP_HLEN)
+            dp.icmp_tb[TB_IP_ID] = (dp.icmp_tb[TB_IP_ID] + 1) & 0xFFFF
+            wr16(buf, l3 + 4, dp.icmp_tb[TB_IP_ID])
+            wr16(buf, l3 + 6, 0)
+            buf[l3 + 8] = RST_TTL
+            buf[l3 + 9] = PROTO_TCP
+            wr16(buf, l3 + 10, 0)
+            wr32(buf, l3 + 12, dst)
+            wr32(buf, l3 + 16, src)
+            wr16(buf, l3 + 10, checksum(buf, l3, IP4_HLEN, np.uint64(0)))
+            hl = IP4_HLEN
+        t = l3 + hl
+        wr16(buf, t, dport)
+        wr16(buf, t + 2, sport)
+        if flags & TH_ACK:
+            wr32(buf, t + 4, ack)
+            wr32(buf, t + 8, np.uint32(0))
+            buf[t + 13] = TH_RST
+        else:
+            wr32(buf, t + 4, np.uint32(0))
+            wr32(buf, t + 8, np.uint32((np.int64(seq) + seglen) & 0xFFFFFFFF))
+            buf[t + 13] = TH_RST | TH_ACK
+        buf[t + 12] = 0x50
+        wr16(buf, t + 14, 0)  # window
+        wr16(buf, t + 16, 0)  # checksum
+        wr16(buf, t + 18, 0)  # urgent pointer
+        if ip6:
+            acc = pseudo_header6(buf, l3, PROTO_TCP, TCP_HLEN)
+        else:
+            acc = pseudo_header4(buf, l3, PROTO_TCP, TCP_HLEN)
+        wr16(buf, t + 16, checksum(buf, t, TCP_HLEN, acc))
+        meta[M_OFF, i] = l3
+        meta[M_L4, i] = t
+        meta[M_LEN, i] = hl + TCP_HLEN
+        meta[M_PROTO, i] = PROTO_TCP
+        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_FW_SKIP | (F_IP6 if ip6 else 0)
+        meta[M_ERR, i] = -1
+        enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6 else IP4_LOOKUP, i)
