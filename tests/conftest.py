@@ -149,13 +149,15 @@ class Result:
     def check_accounting(self) -> None:
         """Every input packet ends in exactly one counted disposition.
 
-        Drops are counted by reason; an input that triggers an ICMP error is counted as a
-        drop and its slot is reused for the error, so errors are taken off the tx count.
+        Drops are counted by reason; an input that triggers an ICMP error or a TCP RST is
+        counted as a drop and its slot is reused for the answer, so answers are taken off
+        the tx count.
         Generated packets (fragments 2..n, ARP/NS requests) live in spare slots."""
         assert len(self.fates) == self.n_in
         assert all(f in ("tx", "drop", "punt") for f in self.fates), Counter(self.fates)
         tx_in_slots = sum(1 for t in self.tx if not t.generated)
-        assert self.drops + self.c("punt") + tx_in_slots - self.c("icmp-error-sent") == self.n_in, (
+        answers = self.c("icmp-error-sent") + self.c("tcp-reset-sent")
+        assert self.drops + self.c("punt") + tx_in_slots - answers == self.n_in, (
             self.counters,
             tx_in_slots,
             self.n_in,

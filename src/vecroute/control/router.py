@@ -246,6 +246,12 @@ class LiveRouter:
                 os._exit(code)
             child_end.close()
             self.workers.append(Worker(pid, parent_end, shm))
+            # one at a time: every fanout group then lists the workers in the same order, so
+            # the symmetric fanout hash sends both directions of a flow to the same worker
+            # (whose firewall holds the flow's state)
+            if not select.select([parent_end], [], [], 120)[0]:
+                raise StartupError("a worker did not start within 120 s")
+            parent_end.recv(MSG_MAX)
 
     def _flush_journal(self) -> None:
         if self.fib.journal:
@@ -570,6 +576,7 @@ def _worker_main(
         for ifx, itf in enumerate(cfg.interfaces)
     ]
     fwd = Forwarder(fib, socks, cfg.router.vector_size, shm.attach(fib.state()), firewall)
+    _send_msg(ctl, ("ready",))  # the parent starts the next worker
     poller = select.poll()
     for s in socks:
         poller.register(s.fileno(), select.POLLIN)

@@ -168,6 +168,7 @@ COUNTERS: tuple[Counter, ...] = (
             "rejected by a firewall `reset` rule: answered with a TCP RST"),
     Counter("fw-state-full", "fw-in", "drop",
             "keep-state found the state table full (max_states): new flow dropped"),
+    Counter("tcp-reset-sent", "tcp-reset", "event", "TCP RST sent for a `reset` rule"),
     Counter("fw-reset-suppressed", "tcp-reset", "event",
             "no TCP RST: the rejected packet came from a multicast/invalid source"),
     # generic
@@ -245,6 +246,7 @@ C_FW_REJECT = _c("fw-reject")
 C_FW_RESET = _c("fw-reset")
 C_FW_STATE_FULL = _c("fw-state-full")
 C_FW_RESET_SUPPRESSED = _c("fw-reset-suppressed")
+C_TCP_RESET_SENT = _c("tcp-reset-sent")
 C_SRV6_ENCAPSULATED = _c("srv6-encapsulated")
 C_SRV6_NO_ROUTE = _c("srv6-no-route")
 C_SRV6_POLICY_EMPTY = _c("srv6-policy-empty")

@@ -128,4 +128,5 @@ def tcp_reset(work, k, buf, meta, frames, frame_n, dp) -> None:
         meta[M_PROTO, i] = PROTO_TCP
         meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_FW_SKIP | (F_IP6 if ip6 else 0)
         meta[M_ERR, i] = -1
+        dp.counters[C.C_TCP_RESET_SENT] += 1
         enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6 else IP4_LOOKUP, i)

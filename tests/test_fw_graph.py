@@ -1,0 +1,349 @@
+"""The firewall in the graph: fw-in / fw-out verdicts on real packets, checked with scapy.
+
+Every packet goes through the compiled graph with a [firewall] section in the config; what
+leaves (forwarded packets, ICMP errors for ``reject``/``unreach``, TCP RSTs for ``reset``)
+is parsed back by scapy and compared with what RFC 792/4443/9293 and ipfw imply.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import (
+    DST4,
+    DST4_SMALL,
+    DST6,
+    H0,
+    H0_IP4,
+    H0_IP6,
+    N1,
+    N1_IP4,
+    R0,
+    R0_IP4,
+    R0_IP6,
+    R1,
+    Router,
+    assert_checksums,
+    base_config,
+    eth,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror, UDPerror
+from scapy.layers.inet6 import ICMPv6DestUnreach, ICMPv6EchoRequest, IPv6
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from vecroute.graph.node_ids import NODE_NAMES
+
+SEC = 1_000_000_000
+
+
+def fw_router(*rules: str, default: str = "deny", **fw) -> Router:
+    return Router(base_config(firewall={"default": default, "rules": list(rules), **fw}))
+
+
+def from_n1(pkt) -> tuple[str, Ether]:
+    """A packet arriving on eth1 from the next hop N1 (the 'outside')."""
+    return ("eth1", Ether(dst=R1, src=N1) / pkt)
+
+
+def node_packets(r: Router, name: str) -> int:
+    from vecroute.graph.state import NS_PACKETS
+
+    return int(r.state.node_stats[NODE_NAMES.index(name), NS_PACKETS])
+
+
+# -- no firewall ------------------------------------------------------------------------------
+
+
+def test_without_a_firewall_section_the_fw_nodes_never_run() -> None:
+    r = Router()
+    assert r.firewall is None
+    res = r.run([eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9)])
+    assert res.fates == ["tx"]
+    assert node_packets(r, "fw-in") == 0 and node_packets(r, "fw-out") == 0
+
+
+# -- allow / deny -----------------------------------------------------------------------------
+
+
+def test_allowed_packet_is_forwarded_unchanged_and_denied_one_counted() -> None:
+    r = fw_router("100 allow udp from any to any 53")
+    ok = eth() / IP(src=H0_IP4, dst=DST4, ttl=9) / UDP(sport=1000, dport=53) / Raw(b"q" * 20)
+    bad = eth() / IP(src=H0_IP4, dst=DST4) / UDP(sport=1000, dport=54)
+    res = r.run([ok, bad])
+    assert res.fates == ["tx", "drop"]
+    out = res.tx[0].pkt
+    assert res.tx[0].ifname == "eth1" and out[Ether].dst == N1
+    assert out[IP].ttl == 8 and bytes(out[UDP]) == bytes(ok[UDP])
+    assert_checksums(out)
+    assert res.c("fw-deny") == 1
+    res.check_accounting()
+    assert node_packets(r, "fw-in") == 2 and node_packets(r, "fw-out") == 1
+
+
+def test_default_allow_and_explicit_deny_ip6() -> None:
+    r = fw_router("100 deny ip6 from any to 2001:db8:100::/64", default="allow")
+    res = r.run(
+        [
+            eth() / IPv6(src=H0_IP6, dst="2001:db8:100::5") / UDP(dport=7),
+            eth() / IPv6(src=H0_IP6, dst="2001:db8:100:1::5") / UDP(dport=7),
+        ]
+    )
+    assert res.fates == ["drop", "tx"]
+    assert res.c("fw-deny") == 1
+    assert res.tx[0].pkt[IPv6].hlim == 63
+
+
+def test_per_rule_counters_count_in_and_out() -> None:
+    r = fw_router("100 count ip from any to any", "200 allow udp from any to any")
+    p = eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9) / Raw(b"x" * 10)
+    r.run([p, p, p], now_ns=5 * SEC)
+    lines = {ln.split()[0]: ln.split() for ln in r.firewall.show().splitlines()}
+    size = len(p[IP])
+    # each forwarded packet passes fw-in and fw-out: counted twice by each rule it reaches
+    assert lines["00100"][1:3] == ["6", str(6 * size)]
+    assert lines["00200"][1:3] == ["6", str(6 * size)]
+    assert lines["65535"][1:3] == ["0", "0"]
+
+
+# -- in / out / recv / xmit ---------------------------------------------------------------------
+
+
+def test_xmit_rule_sees_the_transmit_interface_only_at_output() -> None:
+    r = fw_router("100 deny ip from any to any out xmit eth2", default="allow")
+    res = r.run(
+        [
+            eth() / IP(src=H0_IP4, dst=DST4_SMALL) / UDP(dport=9),  # leaves by eth2
+            eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9),  # leaves by eth1
+        ]
+    )
+    assert res.fates == ["drop", "tx"]
+    assert res.tx[0].ifname == "eth1"
+
+
+def test_recv_and_in_rules() -> None:
+    r = fw_router("100 deny ip from any to any in recv eth1", default="allow")
+    res = r.run(
+        [
+            from_n1(IP(src=N1_IP4, dst=H0_IP4) / UDP(dport=9)),
+            eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9),
+        ]
+    )
+    assert res.fates == ["drop", "tx"]
+
+
+def test_router_own_echo_reply_goes_through_fw_out() -> None:
+    # ipfw: packets the router originates pass the output firewall (with no recv interface)
+    r = fw_router("100 deny icmp from me to any out", default="allow")
+    res = r.run(
+        [
+            eth() / IP(src=H0_IP4, dst=R0_IP4) / ICMP(type=8, id=1, seq=1),  # to the router
+            eth() / IP(src=H0_IP4, dst=DST4) / ICMP(type=8, id=1, seq=1),  # through it
+        ]
+    )
+    assert res.c("echo-reply-sent") == 1
+    assert res.fates[0] == "drop" and res.fates[1] == "tx"
+    assert [t.pkt[IP].dst for t in res.tx] == [DST4]
+
+
+# -- reject / unreach -------------------------------------------------------------------------
+
+
+def test_reject_ip4_answers_host_unreachable_from_the_router() -> None:
+    r = fw_router("100 reject udp from any to any 53", "200 deny icmp from any to any")
+    p = eth() / IP(src=H0_IP4, dst=DST4, id=77) / UDP(sport=4000, dport=53) / Raw(b"z" * 30)
+    res = r.run([p])
+    assert res.c("fw-reject") == 1 and res.c("icmp-error-sent") == 1
+    (t,) = res.tx
+    e = t.pkt
+    assert t.ifname == "eth0" and e[Ether].dst == H0
+    assert e[IP].src == R0_IP4 and e[IP].dst == H0_IP4
+    # the firewall's own answer is not filtered again by rule 200 at fw-out
+    assert e[ICMP].type == 3 and e[ICMP].code == 1
+    assert e[IPerror].id == 77 and e[UDPerror].dport == 53
+    assert_checksums(e)
+    res.check_accounting()
+
+
+def test_unreach_code_and_ip6_admin_prohibited() -> None:
+    r = fw_router(
+        "100 unreach port udp from any to any 53",
+        "200 reject ip6 from any to any",
+    )
+    res = r.run(
+        [
+            eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=53),
+            eth() / IPv6(src=H0_IP6, dst=DST6) / UDP(dport=53),
+        ]
+    )
+    a, b = res.tx
+    assert a.pkt[ICMP].type == 3 and a.pkt[ICMP].code == 3
+    u = b.pkt[ICMPv6DestUnreach]
+    assert u.type == 1 and u.code == 1  # RFC 4443: administratively prohibited
+    assert b.pkt[IPv6].src == R0_IP6 and b.pkt[IPv6].dst == H0_IP6
+    assert_checksums(b.pkt)
+
+
+# -- reset ------------------------------------------------------------------------------------
+
+
+def test_reset_of_a_syn_is_rst_ack_with_ack_seq_plus_one() -> None:
+    r = fw_router("100 reset tcp from any to any 22")
+    p = eth() / IP(src=H0_IP4, dst=DST4) / TCP(sport=40000, dport=22, flags="S", seq=1000)
+    res = r.run([p])
+    assert res.c("fw-reset") == 1 and res.c("tcp-reset-sent") == 1
+    (t,) = res.tx
+    q = t.pkt
+    assert t.ifname == "eth0" and q[Ether].dst == H0 and q[Ether].src == R0
+    assert q[IP].src == DST4 and q[IP].dst == H0_IP4 and q[IP].ttl == 64
+    assert q[TCP].sport == 22 and q[TCP].dport == 40000
+    assert q[TCP].flags == "RA" and q[TCP].seq == 0 and q[TCP].ack == 1001
+    assert len(q[TCP].payload) == 0
+    assert_checksums(q)
+    res.check_accounting()
+
+
+def test_reset_of_data_with_ack_takes_seq_from_ack() -> None:
+    r = fw_router("100 reset tcp from any to any 80")
+    p = (
+        eth()
+        / IP(src=H0_IP4, dst=DST4, options=b"\x01\x01\x01\x00")
+        / TCP(sport=5, dport=80, flags="PA", seq=10, ack=0xFFFFFFF0, options=[("NOP", None)] * 4)
+        / Raw(b"GET / HTTP/1.0\r\n\r\n")
+    )
+    (t,) = r.run([p]).tx
+    q = t.pkt
+    assert q[IP].ihl == 5 and q[IP].len == 40
+    assert q[TCP].flags == "R" and q[TCP].seq == 0xFFFFFFF0 and q[TCP].ack == 0
+    assert_checksums(q)
+
+
+def test_reset_ip6_fin_counts_in_the_ack() -> None:
+    r = fw_router("100 reset tcp from any to any")
+    p = eth() / IPv6(src=H0_IP6, dst=DST6) / TCP(sport=7, dport=8, flags="F", seq=2**32 - 1)
+    (t,) = r.run([p]).tx
+    q = t.pkt
+    assert q[IPv6].src == DST6 and q[IPv6].dst == H0_IP6 and q[IPv6].hlim == 64
+    assert q[IPv6].plen == 20 and q[IPv6].nh == 6
+    assert q[TCP].flags == "RA" and q[TCP].ack == 0  # (2**32 - 1) + 1 wraps
+    assert_checksums(q)
+
+
+def test_reset_never_answers_a_rst_or_a_non_tcp_packet() -> None:
+    r = fw_router("100 reset ip from any to any")
+    res = r.run(
+        [
+            eth() / IP(src=H0_IP4, dst=DST4) / TCP(dport=22, flags="R"),
+            eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=22),
+        ]
+    )
+    assert res.tx == [] and res.c("fw-deny") == 2 and res.c("tcp-reset-sent") == 0
+
+
+# -- keep-state ------------------------------------------------------------------------------
+
+
+def test_keep_state_lets_replies_in_but_not_new_flows_from_outside() -> None:
+    r = fw_router(
+        "100 check-state",
+        "200 allow tcp from 198.51.100.0/24 to any setup keep-state",
+        "300 allow udp from 198.51.100.0/24 to any keep-state",
+    )
+    out_syn = eth() / IP(src=H0_IP4, dst=DST4) / TCP(sport=3333, dport=443, flags="S")
+    back = from_n1(IP(src=DST4, dst=H0_IP4) / TCP(sport=443, dport=3333, flags="SA"))
+    stranger = from_n1(IP(src=DST4, dst=H0_IP4) / TCP(sport=443, dport=3334, flags="S"))
+    udp_out = eth() / IP(src=H0_IP4, dst=DST4) / UDP(sport=5353, dport=53)
+    udp_back = from_n1(IP(src=DST4, dst=H0_IP4) / UDP(sport=53, dport=5353))
+    udp_new = from_n1(IP(src=DST4, dst=H0_IP4) / UDP(sport=53, dport=5354))
+    res = r.run([out_syn, back, stranger, udp_out, udp_back, udp_new], now_ns=SEC)
+    assert res.fates == ["tx", "tx", "drop", "tx", "tx", "drop"]
+    assert res.c("fw-deny") == 2
+    states = r.firewall.states(SEC)
+    assert len(states) == 2
+    # the UDP state expires after its lifetime (10 s): the reply is then denied
+    late = r.run([udp_back], now_ns=12 * SEC)
+    assert late.fates == ["drop"]
+
+
+def test_state_table_full_drops_new_flows_only() -> None:
+    r = fw_router("100 allow udp from any to any keep-state", max_states=2)
+    flows = [eth() / IP(src=H0_IP4, dst=DST4) / UDP(sport=1000 + k, dport=53) for k in range(3)]
+    res = r.run(flows, now_ns=SEC)
+    assert res.fates == ["tx", "tx", "drop"]
+    assert res.c("fw-state-full") == 1
+    again = r.run(flows[:2], now_ns=2 * SEC)  # existing flows keep working
+    assert again.fates == ["tx", "tx"]
+
+
+# -- run-time changes -----------------------------------------------------------------------
+
+
+def test_table_and_rule_changes_take_effect_on_the_next_batch() -> None:
+    r = fw_router("100 deny ip from any to table(bad)", default="allow",
+                  tables=[{"name": "bad", "type": "addr", "entries": []}])
+    p = eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9)
+    assert r.run([p]).fates == ["tx"]
+    r.firewall.command(["table", "bad", "add", DST4])
+    assert r.run([p]).fates == ["drop"]
+    r.firewall.command(["table", "bad", "delete", DST4])
+    assert r.run([p]).fates == ["tx"]
+    r.firewall.command(["add", "50", "deny", "udp", "from", "any", "to", "any", "9"])
+    assert r.run([p]).fates == ["drop"]
+    with pytest.raises(ValueError, match="nosuch"):
+        r.firewall.command(["add", "60", "nosuch", "ip", "from", "any", "to", "any"])
+    r.firewall.command(["delete", "50"])
+    assert r.run([p]).fates == ["tx"]
+
+
+# -- garbage --------------------------------------------------------------------------------
+
+_GARBAGE_FW = None
+
+
+def _garbage_router() -> Router:
+    global _GARBAGE_FW
+    if _GARBAGE_FW is None:
+        _GARBAGE_FW = fw_router(
+            "100 check-state",
+            "200 reset tcp from any to any 22",
+            "300 reject udp from any to any 53",
+            "400 allow ip from any to any keep-state",
+        )
+    return _GARBAGE_FW
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(min_size=0, max_size=120), min_size=1, max_size=20), st.integers(0, 3))
+def test_garbage_through_the_firewall_is_counted_never_crashes(payloads, kind) -> None:
+    r = _garbage_router()
+    pkts = []
+    for k, b in enumerate(payloads):
+        if kind == 0:
+            pkts.append(eth() / IP(src=H0_IP4, dst=DST4) / TCP(dport=22, flags=k & 0xFF) / b)
+        elif kind == 1:
+            pkts.append(eth() / IP(src=H0_IP4, dst=DST4, proto=6) / b)
+        elif kind == 2:
+            pkts.append(eth() / IPv6(src=H0_IP6, dst=DST6, nh=6) / b)
+        else:
+            pkts.append(bytes(eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=53))[:34] + b)
+    res = r.run(pkts, now_ns=SEC)
+    res.check_accounting()
+    for t in res.tx:
+        assert_checksums(t.pkt)
+        if TCP in t.pkt and t.pkt[TCP].flags.R and t.ifname == "eth0":  # our RST: bare header
+            assert t.pkt[TCP].sport == 22 and len(bytes(t.pkt[TCP])) == 20
+
+
+def test_echo_through_with_allow_icmp() -> None:
+    r = fw_router("100 allow icmp from any to any", "200 allow ipv6-icmp from any to any")
+    res = r.run(
+        [
+            eth() / IP(src=H0_IP4, dst=R0_IP4) / ICMP(type=8),
+            eth() / IPv6(src=H0_IP6, dst=R0_IP6) / ICMPv6EchoRequest(),
+            eth() / IP(src=H0_IP4, dst=DST4) / TCP(dport=80),
+        ]
+    )
+    assert res.c("echo-reply-sent") == 2
+    assert res.fates[2] == "drop"
+    assert res.tx[0].pkt[IP].dst == H0_IP4 and res.tx[0].pkt[ICMP].type == 0
