@@ -167,6 +167,7 @@ def _count(t, name: str) -> int:
 
 @pytest.mark.parametrize("inside,outside", [(H1_V4, H2_V4), (H1_V6, H2_V6)])
 def test_keep_state_tcp_inside_out_only(fwt, inside, outside):
+    created = _fw_counter(fwt, "created")
     srv = server(fwt, "h2", LISTEN_TCP, outside, 8080, 10)
     assert client(fwt, "h1", CONNECT, outside, 8080, 5) == "connected"
     assert srv.communicate(timeout=20)[0].strip() == "accepted"
@@ -174,7 +175,21 @@ def test_keep_state_tcp_inside_out_only(fwt, inside, outside):
     srv = server(fwt, "h1", LISTEN_TCP, inside, 8081, 4)
     assert client(fwt, "h2", CONNECT, inside, 8081, 3) == "timeout"
     assert srv.communicate(timeout=20)[0].strip() == "none"
-    assert "STATE tcp" in ctl(fwt, "states")["text"]
+    # one state for the connection (closed by now: FIN/RST states live 1 s)
+    assert _fw_counter(fwt, "created") == created + 1
+
+
+def _fw_counter(t, name: str) -> int:
+    text = ctl(t, "counters")["text"]
+    return int(next(ln.split(":")[1] for ln in text.splitlines() if ln.startswith(name + ":")))
+
+
+def test_states_are_listed_while_a_flow_lives(fwt):
+    srv = server(fwt, "h2", UDP_ECHO, H2_V4, 5310, 10)
+    assert client(fwt, "h1", UDP_ASK, H2_V4, 5310, 5) == "re:ping"
+    srv.communicate(timeout=20)
+    text = ctl(fwt, "states")["text"]
+    assert f"STATE udp {H1_V4}" in text and f"<-> {H2_V4} 5310" in text, text
 
 
 @pytest.mark.parametrize("inside,outside", [(H1_V4, H2_V4), (H1_V6, H2_V6)])
@@ -195,7 +210,37 @@ def test_ctl_fw_show_counts_and_bad_rule_changes_nothing(fwt):
     bad = fwt.ctl("fw", "add", "450", "allow", "icmp", "frm", "any")
     assert not bad["ok"] and "frm" in bad["error"]
     assert ctl(fwt, "show")["text"].count("\n") == show.count("\n")
-    ctl(fwt, "add", "450", "deny", "icmp", "from", "any", "to", H2_V4)
+    ctl(fwt, "add", "350", "deny", "icmp", "from", "any", "to", H2_V4)  # before 400
     assert not ping(fwt, "h1", H2_V4)
-    ctl(fwt, "delete", "450")
+    ctl(fwt, "delete", "350")
     assert ping(fwt, "h1", H2_V4)
+
+
+@pytest.fixture(scope="module")
+def fwt2(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail("live tests need root (network namespaces): run them as root, as CI does")
+    with Lab("vg") as lab:
+        t = build(lab, tmp_path_factory.mktemp("fwlive2"), workers=2, extra_config=FIREWALL)
+        start_router(t)
+        yield t
+        if t.router and t.router.poll() is not None:
+            print(t.log.read_text()[-3000:])
+
+
+def test_two_workers_keep_state_tables_and_gathered_counters(fwt2):
+    # each connection's two directions must reach the worker holding its state
+    for k in range(6):
+        srv = server(fwt2, "h2", LISTEN_TCP, H2_V4, 8100 + k, 10)
+        assert client(fwt2, "h1", CONNECT, H2_V4, 8100 + k, 5) == "connected", k
+        assert srv.communicate(timeout=20)[0].strip() == "accepted"
+    show = ctl(fwt2, "show")["text"]
+    line = next(ln for ln in show.splitlines() if ln.startswith("00600"))
+    assert int(line.split()[1]) >= 6 * 4  # SYN, ACK ... at least, in and out, all workers
+    # a table change reaches every worker: pings of several flows (ids) all stop
+    assert ping(fwt2, "h1", H2_V4, count=3)
+    ctl(fwt2, "table", "blocked", "add", H2_V4)
+    for _ in range(4):
+        assert not ping(fwt2, "h1", H2_V4)
+    ctl(fwt2, "table", "blocked", "flush")
+    assert ping(fwt2, "h1", H2_V4)
