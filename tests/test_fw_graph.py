@@ -7,6 +7,8 @@ is parsed back by scapy and compared with what RFC 792/4443/9293 and ipfw imply.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import (
     DST4,
@@ -354,42 +356,7 @@ def test_echo_through_with_allow_icmp() -> None:
 
 # -- configuration, check, replay, ctl -------------------------------------------------------
 
-FW_TOML = """
-[[interfaces]]
-name = "inside"
-mac = "02:00:00:00:00:01"
-addresses = ["198.51.100.1/24"]
-
-[[interfaces]]
-name = "outside"
-mac = "02:00:00:00:00:02"
-addresses = ["192.0.2.1/24"]
-
-[[routes]]
-prefix = "0.0.0.0/0"
-via = "192.0.2.2"
-
-[[neighbors]]
-ip = "192.0.2.2"
-mac = "02:00:00:00:00:99"
-interface = "outside"
-
-[firewall]
-default = "deny"
-rules = [
-  "100 check-state",
-  "200 deny ip from table(blocklist) to any in",
-  "300 allow tcp from 198.51.100.0/24 to any setup keep-state",
-  "400 allow udp from 198.51.100.0/24 to any keep-state",
-  "500 allow icmp from any to any",
-  "600 reset tcp from any to me 22",
-]
-
-[[firewall.tables]]
-name = "blocklist"
-type = "addr"
-entries = ["203.0.113.0/24"]
-"""
+FW_TOML = (Path(__file__).resolve().parent.parent / "examples" / "firewall.toml").read_text()
 
 
 def test_check_reports_the_firewall_and_errors_name_the_rule(tmp_path) -> None:
