@@ -39,16 +39,20 @@ type = "addr"
 """
 
 
-@pytest.fixture(scope="module")
-def fwt(tmp_path_factory):
+def _running_lab(tmp_path_factory, prefix: str, workers: int):
     if os.geteuid() != 0:
         pytest.fail("live tests need root (network namespaces): run them as root, as CI does")
-    with Lab("vf") as lab:
-        t = build(lab, tmp_path_factory.mktemp("fwlive"), extra_config=FIREWALL)
+    with Lab(prefix) as lab:
+        t = build(lab, tmp_path_factory.mktemp("fwlive"), workers=workers, extra_config=FIREWALL)
         start_router(t)
         yield t
         if t.router and t.router.poll() is not None:
             print(t.log.read_text()[-3000:])
+
+
+@pytest.fixture(scope="module")
+def fwt(tmp_path_factory):
+    yield from _running_lab(tmp_path_factory, "vf", 1)
 
 
 def run_in(t, host: str, argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
@@ -218,14 +222,7 @@ def test_ctl_fw_show_counts_and_bad_rule_changes_nothing(fwt):
 
 @pytest.fixture(scope="module")
 def fwt2(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.fail("live tests need root (network namespaces): run them as root, as CI does")
-    with Lab("vg") as lab:
-        t = build(lab, tmp_path_factory.mktemp("fwlive2"), workers=2, extra_config=FIREWALL)
-        start_router(t)
-        yield t
-        if t.router and t.router.poll() is not None:
-            print(t.log.read_text()[-3000:])
+    yield from _running_lab(tmp_path_factory, "vg", 2)
 
 
 def test_two_workers_keep_state_tables_and_gathered_counters(fwt2):
