@@ -8,8 +8,10 @@ h1 (198.51.100.10, 2001:db8:1::10) is "inside", h2 (203.0.113.10, 2001:db8:2::10
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -241,3 +243,26 @@ def test_two_workers_keep_state_tables_and_gathered_counters(fwt2):
         assert not ping(fwt2, "h1", H2_V4)
     ctl(fwt2, "table", "blocked", "flush")
     assert ping(fwt2, "h1", H2_V4)
+
+
+def test_sighup_reloads_the_rules_from_the_file(fwt):
+    original = fwt.config.read_text()
+    assert ping(fwt, "h1", H2_V4)
+    ctl(fwt, "add", "380", "count", "ip", "from", "any", "to", "any")  # run-time change
+    try:
+        extra = '"390 deny icmp from any to 203.0.113.10",\n  "400 allow icmp'
+        fwt.config.write_text(original.replace('"400 allow icmp', extra))
+        os.kill(fwt.router.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while "00390" not in ctl(fwt, "show")["text"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        show = ctl(fwt, "show")["text"]
+        assert "00390" in show and "00380" not in show  # the file, not the run-time change
+        assert not ping(fwt, "h1", H2_V4)
+    finally:
+        fwt.config.write_text(original)
+        os.kill(fwt.router.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while "00390" in ctl(fwt, "show")["text"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ping(fwt, "h1", H2_V4)
