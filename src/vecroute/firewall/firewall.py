@@ -46,6 +46,7 @@ from vecroute.firewall.rules import (
 )
 from vecroute.firewall.show import list_states, render_show, render_states
 from vecroute.firewall.states import (
+    FC_COUNT,
     FC_COLS,
     FC_NAMES,
     grow_states,
@@ -112,6 +113,10 @@ class Firewall:
     def maintain(self) -> bool:
         """Between batches: grow the state table when it passed half full. True if the
         arrays changed (re-read :meth:`args`)."""
+        count = int(self.ctl[FC_COUNT])  # the common case first: no growth (every batch)
+        cap = self.st.shape[0]
+        if count * 2 <= cap and (count + self.vector_size) * 4 <= cap * 3:
+            return False
         st = grow_states(self.st, self.ctl, self.vector_size)
         if st is self.st:
             return False
