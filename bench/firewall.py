@@ -1,27 +1,38 @@
-"""Firewall benchmark: classification rate of the compiled firewall, and what it leaves of
-the forwarding rate.
+"""Firewall benchmark: the forwarding rate with the firewall in the graph, and the compiled
+classifier's rate on the ClassBench sets.
 
-    python -m bench.firewall [--json] [--repeat R] [--packets N] [--cpu C] [--no-classbench]
+    python -m bench.firewall [--json] [--repeat R] [--frames N] [--cpu C] [--no-classbench]
 
-Cases (DragonFly's ipfw lesson: long lists belong in tables, not in rules):
+The issue's benchmark (DragonFly's ipfw lesson: long lists belong in tables, not in rules):
+in-memory forwarding rate on one core, 64-byte IPv4/UDP frames, the same prebuilt frames
+and FIB in every case (``bench.forwarding``'s full Internet table, 4 interfaces, 64
+neighbours), side by side in one run, interleaved (every case once per repetition, round
+robin), ``PacketBatch.load`` + ``Graph.run`` in vectors of 256:
 
-* no firewall: the whole forwarding path alone (``PacketBatch.load`` + ``Graph.run``, 64-byte
-  IPv4/UDP, vector 256, a small FIB);
+* no firewall (the graph compiled without the fw nodes);
 * an empty rule set (only the default rule), 100 / 1K / 10K rules that the traffic does not
-  match (a mix of source hosts, destination prefixes with ports, source/destination pairs,
-  port ranges), one rule ``deny ip from table(bl) to any`` with 100 / 1K / 10K / 1M entries
-  the traffic does not match; all with ``default = "allow"``, on the forwarding traffic;
-* the ClassBench 10k sets (acl1, fw1, ipc1) with their own traffic, 100,000 packets, half
-  drawn inside random rules, half random.
+  match (source hosts, destination prefixes with ports, source/destination pairs, port
+  ranges, in 10.0.0.0/8 and 172.16.0.0/12), one rule ``deny ip from table(bl) to any`` with
+  100 / 1K / 10K / 1M entries the traffic does not match (the 1M table loaded from a file);
+  all with ``default = "allow"``: every packet passes fw-in and fw-out and is forwarded;
+* extra row: the 1M table rule written with ``in`` (``... to any in``, the ipfw idiom):
+  the rule is no candidate at fw-out, so the output pass has only the default rule.
 
-For each case the batch kernel (``fw_batch`` semantics: vectors of 256 prebuilt key rows,
-called from compiled code as the graph node does) is timed over ``--packets`` keys. Rates
-are per CPU-second of the process (preemption removed) with the wall-clock rate alongside.
-"% of no-firewall" combines, per repetition, the measured forwarding time per packet with
-the measured firewall time per packet -- one firewall pass per packet (fw-in) -- as long as
-the graph has no firewall node; once it has one (``src/vecroute/graph/firewall*.py``) the
-integrated path should be timed directly instead. Also reported: compile time of the 10K
-rule sets, incremental add/delete on the 10K no-match set, the 1M-line table file load.
+Each timed run is checked: every frame transmitted (interface tx counters), and with a
+firewall, every frame through fw-in and fw-out (node counters) -- a broken firewall cannot
+look fast. Rates are per CPU-second of the process (preemption removed) with wall-clock
+alongside; "% of no-firewall" is computed per repetition against that repetition's
+no-firewall run. An untimed pass per case gives the node clocks of fw-in / fw-out.
+
+ClassBench (acl1, fw1, ipc1 10k, converted to rules, 100,000 keys each: half inside random
+rules, half random): the classifier kernel as the nodes call it (vectors of 256 prebuilt
+key rows, from compiled code), M classifications per CPU-second -- the target is about
+classifications per core; and the same keys as 64-byte frames through the graph (a small
+FIB with two /1 routes, ``default = "allow"``, the rules in both passes), against the same
+frames without a firewall.
+
+Also: compile time of the rule sets, incremental add/delete on the 10K no-match set, the
+1M-line table file load.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -46,12 +58,20 @@ from bench.common import (
     machine_line,
     pin_to_one_cpu,
     summary,
+    verdict,
 )
 from bench.forwarding import (
+    N_IF,
     N_NB,
     NOW_NS,
+    Frames,
     Table,
     VectorPath,
+    _be,
+    _eth,
+    _fold,
+    _frames,
+    _sum16,
     build_fib,
     load_table,
     make_frames4,
@@ -61,12 +81,28 @@ from vecroute.firewall.classbench import gen_keys, load_classbench, to_rules
 from vecroute.firewall.classifier import _batch
 from vecroute.firewall.config import parse_firewall_config
 from vecroute.firewall.firewall import Firewall
-from vecroute.firewall.keys import K_COLS, K_TX, extract_keys
+from vecroute.firewall.keys import (
+    K_DPORT,
+    K_DST_LO,
+    K_ICMPTYPE,
+    K_PROTO,
+    K_SPORT,
+    K_SRC_LO,
+    K_TCPFLAGS,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CLASSBENCH = REPO.parent / "shared" / "data" / "classbench"
 SEED = 20240611
 VECTOR = 256
+FRAME = 64
+IFNAMES = [f"eth{i}" for i in range(N_IF)]
+ME4 = [f"192.0.2.{64 * i + 62}" for i in range(N_IF)]  # bench.forwarding.setup_fib
+ME6 = [f"2001:db8:{i + 1}::1" for i in range(N_IF)]
+TARGETS = {"table_1m_pct": 90.0, "rules_10k_pct": 50.0, "classbench_mcls": 5.0}
+TABLE_1M = "table of 1M no-match entries"
+RULES_10K = "10K no-match rules"
+TABLE_1M_IN = "table of 1M, rule with `in` (extra)"
 
 
 @njit(_nrt=False)
@@ -100,7 +136,7 @@ def _drive(
     a,
 ):
     """Classify ``total`` keys in vectors of 256, cycling over the key pool (as the graph
-    would call fw_batch once per vector, from compiled code)."""
+    calls fw_batch once per vector, from compiled code)."""
     n = keys.shape[0]
     done = 0
     pos = 0
@@ -147,7 +183,7 @@ def _drive(
 
 def nomatch_rules(n: int, rng: np.random.Generator) -> list[str]:
     """n rules over 10.0.0.0/8 and 172.16.0.0/12 (the traffic comes from 192.0.2.0/24 to
-    198.18.0.0/15): four shapes in turn."""
+    the table's prefixes, none in 10/8 or 172.16/12): four shapes in turn."""
     out = []
     for k in range(n):
         a = f"10.{rng.integers(256)}.{rng.integers(256)}.{rng.integers(256)}"
@@ -174,10 +210,10 @@ def table_text(n: int, rng: np.random.Generator) -> str:
     )
 
 
-def forwarding(n: int, rng: np.random.Generator, table: Path | None):
+def forwarding_path(n: int, rng: np.random.Generator, table: Path | None):
     """The forwarding set-up of bench.forwarding (the full Internet table, 4 interfaces, 64
-    neighbours; ``table=None``: a small FIB of 512 /24s in 198.18.0.0/15 instead), its
-    64-byte IPv4/UDP frames, and the key rows fw-in would see for them."""
+    neighbours; ``table=None``: a small FIB of 512 /24s in 198.18.0.0/15 instead) and its
+    64-byte IPv4/UDP frames."""
     if table is not None:
         _, tab = load_table(table)
         fib, _, _, _ = build_fib(tab)
@@ -195,21 +231,184 @@ def forwarding(n: int, rng: np.random.Generator, table: Path | None):
         )
         fib.lpm[4].add_many(0, tab.a4, tab.l4, lb4[tab.nb4])
     frames = make_frames4(n, tab, rng)
-    path = VectorPath(fib, VECTOR)
-    keys = np.zeros((n, K_COLS), np.int64)
+    return VectorPath(fib, VECTOR), frames
+
+
+def classbench_path() -> VectorPath:
+    """A small FIB where every unicast destination is routed: 0.0.0.0/1 and 128.0.0.0/1."""
+    fib, lb4, _ = setup_fib()
+    fib.lpm[4].add_many(
+        0,
+        np.array([0, 1 << 31], np.uint32),
+        np.array([1, 1], np.uint8),
+        lb4[np.array([1, 2])],
+    )
+    return VectorPath(fib, VECTOR)
+
+
+def frames_from_keys(keys: np.ndarray, rng: np.random.Generator) -> Frames:
+    """64-byte IPv4 frames carrying the keys' addresses, protocol, ports, TCP flags and
+    ICMP type (valid IPv4 header checksum; the L4 checksum is not set)."""
+    n = keys.shape[0]
+    rx = rng.integers(0, N_IF, n).astype(np.int32)
+    f = _eth(n, FRAME, rx, 0x0800)
+    proto = keys[:, K_PROTO]
+    f[:, 14] = 0x45
+    f[:, 16:18] = _be(np.full(n, FRAME - 14), ">u2", 2)
+    f[:, 18:20] = _be(rng.integers(0, 1 << 16, n), ">u2", 2)
+    f[:, 22] = 64
+    f[:, 23] = proto
+    f[:, 26:30] = _be(keys[:, K_SRC_LO] & 0xFFFFFFFF, ">u4", 4)
+    f[:, 30:34] = _be(keys[:, K_DST_LO] & 0xFFFFFFFF, ">u4", 4)
+    f[:, 24:26] = _be(~_fold(_sum16(f[:, 14:34])) & 0xFFFF, ">u2", 2)
+    ports = (proto == 6) | (proto == 17)
+    f[ports, 34:36] = _be(keys[ports, K_SPORT] & 0xFFFF, ">u2", 2)
+    f[ports, 36:38] = _be(keys[ports, K_DPORT] & 0xFFFF, ">u2", 2)
+    udp = proto == 17
+    f[udp, 38:40] = _be(np.full(int(udp.sum()), FRAME - 34), ">u2", 2)
+    tcp = proto == 6
+    f[tcp, 46] = 0x50  # data offset 5
+    f[tcp, 47] = keys[tcp, K_TCPFLAGS] & 0xFF
+    icmp = proto == 1
+    f[icmp, 34] = keys[icmp, K_ICMPTYPE] & 0xFF
+    return _frames(f, rx)
+
+
+def firewall(rules: list[str], default: str = "allow", tables: list | None = None) -> Firewall:
+    raw: dict[str, Any] = {"default": default, "rules": rules}
+    if tables:
+        raw["tables"] = tables
+    return Firewall(parse_firewall_config(raw, "bench"), IFNAMES, ME4, ME6, vector_size=VECTOR)
+
+
+# -- the integrated path ------------------------------------------------------------------------
+
+
+class FwdCase:
+    """One forwarding case: a firewall (or None) attached to the shared graph."""
+
+    def __init__(self, name: str, fw: Firewall | None, build_s: float | None) -> None:
+        self.name = name
+        self.fw = fw
+        self.build_s = build_s
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self.profile: dict[str, float] = {}
+
+
+def _counts(path: VectorPath) -> tuple[int, int, int]:
+    """(frames transmitted, packets through fw-in, through fw-out) so far."""
+    from vecroute.graph.node_ids import NODE_NAMES
+    from vecroute.graph.state import IFS_TX_PKTS, NS_PACKETS
+
+    st = path.state
+    ns = st.node_stats
+    return (
+        int(st.if_stats[:, IFS_TX_PKTS].sum()),
+        int(ns[NODE_NAMES.index("fw-in"), NS_PACKETS]),
+        int(ns[NODE_NAMES.index("fw-out"), NS_PACKETS]),
+    )
+
+
+def run_case(path: VectorPath, c: FwdCase, fr: Frames, passes: int = 1) -> tuple[int, int, int]:
+    """Forward every frame ``passes`` times with the case's firewall attached (timed);
+    returns (frames transmitted, packets through fw-in, through fw-out) of the run."""
+    g = path.graph
+    g.attach_firewall(c.fw)
+    tx0, in0, out0 = _counts(path)
     b = path.batch
-    pos = 0
-    work = np.arange(VECTOR, dtype=np.int32)
-    while pos < n:
-        k = b.load(frames.data, frames.off, frames.length, frames.ts, frames.rx, pos, n - pos)
-        path.graph.run(b, NOW_NS)
-        extract_keys(b.buf, b.meta, work, k, keys[pos : pos + k])
+    load, run = b.load, g.run
+    data, off, ln, ts, rx = fr.data, fr.off, fr.length, fr.ts, fr.rx
+    total = fr.n
+    w0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(passes):
+        pos = 0
+        while pos < total:
+            pos += load(data, off, ln, ts, rx, pos, total - pos)
+            run(b, NOW_NS)
+    c.wall.append(time.perf_counter() - w0)
+    c.cpu.append(time.process_time() - c0)
+    tx1, in1, out1 = _counts(path)
+    return tx1 - tx0, in1 - in0, out1 - out0
+
+
+def check_forwarded(c: FwdCase, got: tuple[int, int, int], total: int) -> None:
+    """Every frame transmitted; with a firewall every frame through fw-in and fw-out, and
+    without one, none (a broken firewall cannot look fast)."""
+    sent, fin, fout = got
+    want = (total, total, total) if c.fw is not None else (total, 0, 0)
+    if got != want:
+        raise RuntimeError(
+            f"{c.name}: {sent} of {total} frames transmitted, fw-in saw {fin}, fw-out {fout}"
+            f" (expected {want})"
+        )
+
+
+def node_profile(path: VectorPath, c: FwdCase, fr: Frames, n: int) -> dict[str, float]:
+    """ns per input packet of fw-in, fw-out and all nodes together: the median over the
+    batches of one untimed pass over the first n frames (robust to preemption)."""
+    from vecroute.graph.cycles import cycles_per_second
+    from vecroute.graph.node_ids import NODE_NAMES
+    from vecroute.graph.state import NS_CLOCKS
+
+    g, b = path.graph, path.batch
+    g.attach_firewall(c.fw)
+    ns = path.state.node_stats
+    per = []
+    pos, total = 0, min(n, fr.n)
+    while pos < total:
+        c0 = ns[:, NS_CLOCKS].copy()
+        k = b.load(fr.data, fr.off, fr.length, fr.ts, fr.rx, pos, total - pos)
+        g.run(b, NOW_NS)
         pos += k
-    keys[:, K_TX] = -1  # as at input
-    return path, frames, keys
+        per.append((ns[:, NS_CLOCKS] - c0) / k)
+    med = np.median(np.array(per), axis=0) * 1e9 / cycles_per_second()
+    tot = np.median(np.array(per).sum(axis=1)) * 1e9 / cycles_per_second()
+    return {
+        "fw-in": float(med[NODE_NAMES.index("fw-in")]),
+        "fw-out": float(med[NODE_NAMES.index("fw-out")]),
+        "nodes": float(tot),
+    }
 
 
-class Case:
+def build_fwd_cases(rng: np.random.Generator, tmp: Path) -> tuple[list[FwdCase], dict]:
+    cases = [FwdCase("no firewall", None, None)]
+    loads: dict[str, float] = {}
+
+    def timed_fw(name, make):
+        t0 = time.perf_counter()
+        fw = make()
+        cases.append(FwdCase(name, fw, time.perf_counter() - t0))
+        eprint(f"  {name}: built in {cases[-1].build_s:.2f} s")
+
+    timed_fw("empty rule set", lambda: firewall([]))
+    for n, label in ((100, "100"), (1000, "1K"), (10000, "10K")):
+        rules = nomatch_rules(n, rng)
+        timed_fw(f"{label} no-match rules", lambda r=rules: firewall(r))
+    tables = [{"name": "bl", "type": "addr"}]
+    for n, label in ((100, "100"), (1000, "1K"), (10000, "10K"), (1000000, "1M")):
+        p = tmp / f"bl{n}.txt"
+        p.write_text(table_text(n, rng))
+
+        def make(p=p, n=n, rule="100 deny ip from table(bl) to any"):
+            fw = firewall([rule], tables=tables)
+            t0 = time.perf_counter()
+            fw.tables.add_file("bl", p)
+            loads.setdefault(str(n), time.perf_counter() - t0)  # first load of each size
+            return fw
+
+        timed_fw(f"table of {label} no-match entries", make)
+    timed_fw(
+        TABLE_1M_IN,
+        lambda: make(tmp / "bl1000000.txt", 1000000, "100 deny ip from table(bl) to any in"),
+    )
+    return cases, loads
+
+
+# -- ClassBench ---------------------------------------------------------------------------------
+
+
+class KernelCase:
     def __init__(self, name: str, fw: Firewall, keys: np.ndarray, build_s: float) -> None:
         self.name = name
         self.fw = fw
@@ -228,46 +427,35 @@ class Case:
         self.cpu.append(time.process_time() - c0)
 
 
-def firewall(rules: list[str], default: str = "allow", tables: list | None = None) -> Firewall:
-    raw: dict[str, Any] = {"default": default, "rules": rules}
-    if tables:
-        raw["tables"] = tables
-    return Firewall(parse_firewall_config(raw, "bench"))
+class CbGraph:
+    """One ClassBench set's keys as frames through the graph, with and without its rules."""
+
+    def __init__(self, name: str, frames: Frames, fw: Firewall) -> None:
+        self.name = name
+        self.frames = frames
+        self.base = FwdCase(f"{name} traffic, no firewall", None, None)
+        self.with_fw = FwdCase(f"{name} traffic + rules", fw, None)
+        self.tx: int | None = None
 
 
-def build_cases(args, rng, fwd_keys) -> list[Case]:
-    cases = []
-
-    def timed_fw(name, keys, make):
+def build_classbench(rng: np.random.Generator) -> tuple[list[KernelCase], list[CbGraph]]:
+    kernel, graph = [], []
+    if not CLASSBENCH.is_dir():
+        eprint(f"  no ClassBench sets under {CLASSBENCH}")
+        return kernel, graph
+    for name in ("acl1_10k", "fw1_10k", "ipc1_10k"):
+        cb = load_classbench(CLASSBENCH / name)
+        keys = gen_keys(cb, 100_000, seed=SEED)
+        rules = to_rules(cb)
         t0 = time.perf_counter()
-        fw = make()
-        cases.append(Case(name, fw, keys, time.perf_counter() - t0))
-        eprint(f"  {name}: built in {cases[-1].build_s:.2f} s")
+        fw = firewall(rules, "deny")
+        kernel.append(KernelCase(f"ClassBench {name}", fw, keys, time.perf_counter() - t0))
+        eprint(f"  ClassBench {name}: built in {kernel[-1].build_s:.2f} s")
+        graph.append(CbGraph(name, frames_from_keys(keys, rng), firewall(rules, "allow")))
+    return kernel, graph
 
-    timed_fw("empty rule set", fwd_keys, lambda: firewall([]))
-    for n in (100, 1000, 10000):
-        rules = nomatch_rules(n, rng)
-        timed_fw(f"{n} no-match rules", fwd_keys, lambda r=rules: firewall(r))
-    tmp = Path(tempfile.mkdtemp(prefix="fwbench"))
-    for n in (100, 1000, 10000, 1000000):
-        path = tmp / f"bl{n}.txt"
-        path.write_text(table_text(n, rng))
 
-        def make(p=path):
-            fw = firewall(
-                ["100 deny ip from table(bl) to any"], tables=[{"name": "bl", "type": "addr"}]
-            )
-            fw.tables.add_file("bl", p)
-            return fw
-
-        timed_fw(f"table of {n} no-match entries", fwd_keys, make)
-    if not args.no_classbench and CLASSBENCH.is_dir():
-        for name in ("acl1_10k", "fw1_10k", "ipc1_10k"):
-            cb = load_classbench(CLASSBENCH / name)
-            keys = gen_keys(cb, 100_000, seed=SEED)
-            rules = to_rules(cb)
-            timed_fw(f"ClassBench {name}", keys, lambda r=rules: firewall(r, "deny"))
-    return cases
+# -- incremental updates ------------------------------------------------------------------------
 
 
 def incremental(fw: Firewall, rng: np.random.Generator, reps: int = 10) -> dict[str, Any]:
@@ -287,26 +475,39 @@ def incremental(fw: Firewall, rng: np.random.Generator, reps: int = 10) -> dict[
 # -- main ---------------------------------------------------------------------------------------
 
 
+def _pct(case: FwdCase, base: FwdCase) -> list[float]:
+    """% of the no-firewall rate, per repetition (per CPU-second rates)."""
+    return [100.0 * b / c for c, b in zip(case.cpu, base.cpu, strict=True)]
+
+
+def _rate_row(c: FwdCase, base: FwdCase, n: int, target: float | None) -> dict[str, Any]:
+    pct = summary(_pct(c, base))
+    return {
+        "case": c.name,
+        "mpps_cpu": summary([n / x / 1e6 for x in c.cpu]),
+        "mpps_wall": summary([n / x / 1e6 for x in c.wall]),
+        "pct_of_no_fw": pct,
+        "target_pct": target,
+        "met": None if target is None else pct["median"] >= target,
+        "node_ns": c.profile,
+        "build_s": c.build_s,
+        "stats": None if c.fw is None else c.fw.compiled.stats,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--packets", type=int, default=1 << 20, help="keys per case and repetition")
-    ap.add_argument("--frames", type=int, default=1 << 18, help="forwarding frames")
-    ap.add_argument(
-        "--pool",
-        type=int,
-        default=4096,
-        help="key rows cycled through for the forwarding-traffic cases (the keys "
-        "of one vector are in cache right after the graph extracted them)",
-    )
+    ap.add_argument("--frames", type=int, default=1 << 20, help="frames per forwarding run")
+    ap.add_argument("--packets", type=int, default=1 << 20, help="keys per ClassBench kernel run")
     ap.add_argument("--cpu", type=int, default=None)
     ap.add_argument("--no-classbench", action="store_true")
     ap.add_argument(
         "--table",
         type=Path,
         default=DEFAULT_TABLE,
-        help="the FIB of the forwarding baseline (bench.forwarding's full table)",
+        help="the FIB of the forwarding cases (bench.forwarding's full table)",
     )
     ap.add_argument(
         "--small-fib",
@@ -319,127 +520,189 @@ def main(argv: list[str] | None = None) -> int:
     eprint(f"pinned to CPU {cpu}; {machine_line()}")
     eprint("forwarding set-up")
     table = None if args.small_fib or not args.table.exists() else args.table
-    path, frames, fwd_keys = forwarding(args.frames, rng, table)
+    path, frames = forwarding_path(args.frames, rng, table)
+    nf = frames.n
     eprint("rule sets")
-    cases = build_cases(args, rng, fwd_keys[: args.pool])
-    for c in cases:  # compile / warm
-        c.run(VECTOR * 4)
+    tmp = Path(tempfile.mkdtemp(prefix="fwbench"))
+    cases, loads = build_fwd_cases(rng, tmp)
+    shutil.rmtree(tmp, ignore_errors=True)  # the tables are loaded
+    kernel: list[KernelCase] = []
+    cbg: list[CbGraph] = []
+    if not args.no_classbench:
+        kernel, cbg = build_classbench(rng)
+    cbpath = classbench_path() if cbg else None
+
+    eprint("warm-up and checks")
+    for c in cases:  # compile / warm, and check every frame is forwarded
+        check_forwarded(c, run_case(path, c, frames), nf)
+    for k in kernel:
+        k.run(VECTOR * 4)
+    cb_passes = {}
+    for g in cbg:
+        n = g.frames.n
+        cb_passes[g.name] = max(1, nf // n)
+        g.tx = run_case(cbpath, g.base, g.frames)[0]
+        got = run_case(cbpath, g.with_fw, g.frames)
+        if g.tx < n // 2 or got[0] != g.tx or got[2] != g.tx or got[1] < g.tx:
+            raise RuntimeError(f"{g.name}: {got} (sent, fw-in, fw-out), {g.tx} without rules")
+    for c in [*cases, *kernel, *(x for g in cbg for x in (g.base, g.with_fw))]:
         c.wall.clear()
         c.cpu.clear()
-    path.run(frames)
-    fwd_wall, fwd_cpu = [], []
+
     share = CpuShare()
     eprint("timing")
     for rep in range(args.repeat):
-        with share:
-            w0, c0 = time.perf_counter(), time.process_time()
-            path.run(frames)
-            fwd_wall.append(time.perf_counter() - w0)
-            fwd_cpu.append(time.process_time() - c0)
         for c in cases:
             with share:
-                c.run(args.packets)
+                got = run_case(path, c, frames)
+            check_forwarded(c, got, nf)
+        for k in kernel:
+            with share:
+                k.run(args.packets)
+        for g in cbg:
+            p = cb_passes[g.name]
+            for c in (g.base, g.with_fw):
+                with share:
+                    got = run_case(cbpath, c, g.frames, p)
+                if got[0] != g.tx * p:
+                    raise RuntimeError(f"{c.name}: {got[0]} sent, expected {g.tx * p}")
         eprint(f"  repetition {rep + 1}/{args.repeat}")
-    big = next(c for c in cases if c.name == "10000 no-match rules")
+    eprint("node profiles (untimed)")
+    for c in cases:
+        c.profile = node_profile(path, c, frames, 1 << 16)
+    for g in cbg:
+        for c in (g.base, g.with_fw):
+            c.profile = node_profile(cbpath, c, g.frames, 1 << 16)
+    path.graph.attach_firewall(None)
+
+    big = next(c for c in cases if c.name == RULES_10K)
+    assert big.fw is not None
     inc = incremental(big.fw, rng)
     t0 = time.perf_counter()
     big.fw.rebuild()
     rebuild_s = time.perf_counter() - t0
 
-    nf = args.frames
-    fwd_mpps_cpu = [nf / c / 1e6 for c in fwd_cpu]
-    rows = [
-        {
-            "case": "no firewall",
-            "kernel_mcls_cpu": None,
-            "kernel_mcls_wall": None,
-            "fwd_mpps_cpu": summary(fwd_mpps_cpu),
-            "fwd_mpps_wall": summary([nf / w / 1e6 for w in fwd_wall]),
-            "pct_of_no_fw": summary([100.0] * len(fwd_cpu)),
-            "pct_of_no_fw_in_out": summary([100.0] * len(fwd_cpu)),
-            "build_s": None,
-        }
-    ]
-    for c in cases:
-        k_cpu = [args.packets / x / 1e6 for x in c.cpu]
-        k_wall = [args.packets / x / 1e6 for x in c.wall]
-        # per repetition: forwarding ns/packet + firewall ns/packet
-        combo = [1e3 / (1e3 / f + 1e3 / k) for f, k in zip(fwd_mpps_cpu, k_cpu, strict=True)]
-        combo2 = [1e3 / (1e3 / f + 2e3 / k) for f, k in zip(fwd_mpps_cpu, k_cpu, strict=True)]
-        pct = [100.0 * x / f for x, f in zip(combo, fwd_mpps_cpu, strict=True)]
-        pct2 = [100.0 * x / f for x, f in zip(combo2, fwd_mpps_cpu, strict=True)]
-        rows.append(
+    base = cases[0]
+    targets = {RULES_10K: TARGETS["rules_10k_pct"], TABLE_1M: TARGETS["table_1m_pct"]}
+    rows = [_rate_row(c, base, nf, targets.get(c.name)) for c in cases]
+    kernel_rows = []
+    for k in kernel:
+        mc = summary([args.packets / x / 1e6 for x in k.cpu])
+        kernel_rows.append(
             {
-                "case": c.name,
-                "kernel_mcls_cpu": summary(k_cpu),
-                "kernel_mcls_wall": summary(k_wall),
-                "fwd_mpps_cpu": summary(combo),
-                "fwd_mpps_wall": None,
-                "pct_of_no_fw": summary(pct),
-                "pct_of_no_fw_in_out": summary(pct2),
-                "build_s": c.build_s,
-                "stats": c.fw.compiled.stats,
+                "case": k.name,
+                "mcls_cpu": mc,
+                "mcls_wall": summary([args.packets / x / 1e6 for x in k.wall]),
+                "target_mcls": TARGETS["classbench_mcls"],
+                "met": mc["median"] >= TARGETS["classbench_mcls"],
+                "build_s": k.build_s,
+                "stats": k.fw.compiled.stats,
             }
         )
-    integrated = sorted(p.name for p in (REPO / "src" / "vecroute" / "graph").glob("firewall*.py"))
+    cb_rows = []
+    for g in cbg:
+        n = g.frames.n * cb_passes[g.name]
+        r0 = _rate_row(g.base, g.base, n, None)
+        r1 = _rate_row(g.with_fw, g.base, n, None)
+        r0["forwarded"] = r1["forwarded"] = g.tx / g.frames.n
+        cb_rows += [r0, r1]
     result = {
         "machine": machine_info(),
         "cpu": cpu,
         "cpu_share": summary(share.shares),
-        "packets": args.packets,
         "frames": nf,
+        "packets": args.packets,
         "repeat": args.repeat,
+        "fib": str(table) if table is not None else "small (512 /24s)",
         "rows": rows,
+        "classbench_kernel": kernel_rows,
+        "classbench_graph": cb_rows,
+        "table_file_load_s": loads,
         "incremental_10k": inc,
         "rebuild_10k_s": rebuild_s,
-        "graph_integration": integrated or None,
-        "fib": str(table) if table is not None else "small (512 /24s)",
+        "targets": TARGETS,
     }
     if args.json:
         json.dump(result, sys.stdout, indent=1)
         print()
         return 0
-    print(machine_line(result["machine"]))
-    sh = result["cpu_share"]
+    print_text(result)
+    return 0
+
+
+def _s(x: dict[str, Any], d: int = 2) -> str:
+    return f"{x['median']:.{d}f} [{x['min']:.{d}f}..{x['max']:.{d}f}]"
+
+
+def print_text(R: dict[str, Any]) -> None:
+    print(machine_line(R["machine"]))
+    sh = R["cpu_share"]
     print(
         f"CPU share of the timed runs: median {sh['median']:.2f}, min {sh['min']:.2f}; "
-        f"{args.repeat} repetitions; median [min .. max]"
-    )
-    print()
-    print(f"FIB of the forwarding baseline: {result['fib']}")
-    print(
-        f"{'case':34} {'firewall kernel':>20} {'forwarding + fw-in':>20} "
-        f"{'% of no-firewall':>17} {'% in + out':>11}"
+        f"{R['repeat']} repetitions, interleaved; median [min .. max]"
     )
     print(
-        f"{'':34} {'M classif./CPU-s':>20} {'Mpps per CPU-s':>20} {'(fw-in)':>17} "
-        f"{'(2 passes)':>11}"
+        f"forwarding: {R['frames']} 64-byte IPv4/UDP frames per run, FIB {R['fib']}, "
+        "PacketBatch.load + Graph.run, vector 256, default allow, all frames forwarded"
     )
-    for r in rows:
-        k = r["kernel_mcls_cpu"]
-        f = r["fwd_mpps_cpu"]
-        p = r["pct_of_no_fw"]
-        p2 = r["pct_of_no_fw_in_out"]
-        ks = "-" if k is None else f"{k['median']:.1f} [{k['min']:.1f}..{k['max']:.1f}]"
-        fs = f"{f['median']:.2f} [{f['min']:.2f}..{f['max']:.2f}]"
-        ps = f"{p['median']:.1f} [{p['min']:.1f}..{p['max']:.1f}]"
-        print(f"{r['case']:34} {ks:>20} {fs:>20} {ps:>17} {p2['median']:>11.1f}")
     print()
-    for r in rows[1:]:
+    hdr = (
+        f"{'case':38} {'Mpps / CPU-s':>20} {'Mpps wall':>8} {'% of no-fw':>19} "
+        f"{'fw-in ns':>8} {'fw-out ns':>9} {'target':>8}  verdict"
+    )
+    print(hdr)
+    for r in R["rows"]:
+        t = r["target_pct"]
+        ts = "" if t is None else f">= {t:.0f} %"
+        vs = "" if r["met"] is None else verdict(r["met"])
+        if r["case"] == TABLE_1M_IN:
+            ok = r["pct_of_no_fw"]["median"] >= TARGETS["table_1m_pct"]
+            ts, vs = f"(>= {TARGETS['table_1m_pct']:.0f} %)", f"({verdict(ok)})"
+        nd = r["node_ns"]
+        print(
+            f"{r['case']:38} {_s(r['mpps_cpu']):>20} {r['mpps_wall']['median']:>8.2f} "
+            f"{_s(r['pct_of_no_fw'], 1):>19} {nd.get('fw-in', 0):>8.1f} "
+            f"{nd.get('fw-out', 0):>9.1f} {ts:>8}  {vs}"
+        )
+    if R["classbench_kernel"]:
+        print()
+        print(
+            f"{'ClassBench 10k, classifier kernel':38} {'M classif. / CPU-s':>20} "
+            f"{'wall':>8} {'target':>19}  verdict"
+        )
+        for r in R["classbench_kernel"]:
+            print(
+                f"{r['case']:38} {_s(r['mcls_cpu'], 1):>20} {r['mcls_wall']['median']:>8.1f} "
+                f"{'>= ' + str(r['target_mcls']) + ' M/s':>19}  {verdict(r['met'])}"
+            )
+    if R["classbench_graph"]:
+        print()
+        print(
+            "ClassBench keys as 64-byte frames through the graph (FIB 0/1 + 128/1, rules in "
+            "both passes, default allow)"
+        )
+        for r in R["classbench_graph"]:
+            nd = r["node_ns"]
+            print(
+                f"{r['case']:38} {_s(r['mpps_cpu']):>20} {r['mpps_wall']['median']:>8.2f} "
+                f"{_s(r['pct_of_no_fw'], 1):>19} {nd.get('fw-in', 0):>8.1f} "
+                f"{nd.get('fw-out', 0):>9.1f}  fwd {100 * r['forwarded']:.1f} %"
+            )
+    print()
+    print("node clocks (untimed pass, median over batches), ns per packet, all nodes:")
+    print("  " + ", ".join(f"{r['case']} {r['node_ns']['nodes']:.0f}" for r in R["rows"]))
+    print()
+    for r in R["rows"][1:] + R["classbench_kernel"]:
         if r["build_s"] is not None:
-            print(f"build {r['case']}: {r['build_s']:.2f} s  {r.get('stats', '')}")
+            print(f"build {r['case']}: {r['build_s']:.2f} s  {r.get('stats') or ''}")
+    for n, s in R["table_file_load_s"].items():
+        print(f"table file of {int(n):,} lines: loaded in {s:.2f} s")
+    inc = R["incremental_10k"]
     print(
         f"10K no-match rules: add one rule {inc['add_s']['median'] * 1e3:.1f} ms, delete one "
         f"{inc['delete_s']['median'] * 1e3:.1f} ms (median of 10), full rebuild "
-        f"{rebuild_s:.2f} s"
+        f"{R['rebuild_10k_s']:.2f} s"
     )
-    print(
-        "graph integration:",
-        ", ".join(integrated)
-        if integrated
-        else "none yet (forwarding + firewall is the sum of the two measured costs)",
-    )
-    return 0
 
 
 if __name__ == "__main__":
