@@ -109,6 +109,28 @@ def test_per_rule_counters_count_in_and_out() -> None:
     assert lines["65535"][1:3] == ["0", "0"]
 
 
+@pytest.mark.parametrize("default", ["allow", "deny"])
+def test_direction_without_rules_counts_like_classifying(default) -> None:
+    # every rule says `in`: at output only the default rule can match, and the data path
+    # skips classifying there -- the counters must not tell the difference
+    r = fw_router("100 count ip from any to any in", "200 allow udp from any to any in",
+                  "300 allow ip6 from any to any", default=default)
+    assert r.firewall.compiled.trivial_directions() == 0
+    r.firewall.delete(300)
+    assert r.firewall.compiled.trivial_directions() == 2  # 1 << DIR_OUT
+    p4 = eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9) / Raw(b"x" * 10)
+    p6 = eth() / IPv6(src=H0_IP6, dst=DST6) / UDP(dport=9)
+    res = r.run([p4, p6], now_ns=3 * SEC)
+    lines = {ln.split()[0]: ln.split() for ln in r.firewall.show().splitlines()}
+    n4, n6 = len(p4[IP]), len(p6[IPv6])
+    assert lines["00100"][1:3] == ["2", str(n4 + n6)]
+    # in: rule 200 passes both (UDP); out: only the default rule can match
+    assert res.fates == (["tx", "tx"] if default == "allow" else ["drop", "drop"])
+    assert lines["65535"][1:3] == ["2", str(n4 + n6)]
+    assert r.firewall.compiled.cnt[-1, 2] == 3 * SEC
+    assert node_packets(r, "fw-out") == 2
+
+
 # -- in / out / recv / xmit ---------------------------------------------------------------------
 
 

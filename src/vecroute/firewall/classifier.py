@@ -1536,6 +1536,24 @@ class CompiledFirewall:
             self.cnt,
         )
 
+    def trivial_directions(self) -> int:
+        """Bit ``1 << DIR_IN`` / ``1 << DIR_OUT`` set when no rule but the default one can
+        match in that direction (every rule says the other direction): the data path then
+        applies and counts the default rule without classifying, with the same result."""
+        cmap, bm = self.cmap, self.bm
+        mask = 0
+        for d in (DIR_IN, DIR_OUT):
+            if cmap[CM_LIST] >= 0:
+                trivial = cmap[CM_LIST_N] == 0
+            else:
+                const = int(cmap[CM_CONST + F_META])
+                base = META_OFF + d * 514
+                rows = [const] if const >= 0 else np.unique(cmap[base : base + 514])
+                trivial = not bm[np.asarray(rows, np.int64)].any()
+            if trivial:
+                mask |= 1 << d
+        return mask
+
     @property
     def nbytes(self) -> int:
         return int(

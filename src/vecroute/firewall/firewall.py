@@ -46,8 +46,8 @@ from vecroute.firewall.rules import (
 )
 from vecroute.firewall.show import list_states, render_show, render_states
 from vecroute.firewall.states import (
-    FC_COUNT,
     FC_COLS,
+    FC_COUNT,
     FC_NAMES,
     grow_states,
     new_ctl,

@@ -198,6 +198,9 @@ class Graph:
             if fw.generation != self._fw_gen:
                 self._fw_gen = fw.generation
                 self._fw_args = (*fw.args(), *self._fw_scratch)
+                trivial = fw.compiled.trivial_directions()  # bit 1 << DIR_IN / DIR_OUT
+                opts = self.state.opts
+                opts[OPT_FW] = (opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) | (trivial << 2)
             run_graph_fw(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc,
                          self.frames, self.frame_n, self.work, self.txl, self.txn,
                          *self._args, *self._fw_args)

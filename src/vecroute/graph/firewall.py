@@ -13,11 +13,14 @@ With no firewall the graph is compiled with ``fw = None`` and these nodes vanish
 one, the ``opts[OPT_FW]`` bits say which directions run.
 """
 
+import numpy as np
 from numba import njit
 
 from vecroute.firewall.classifier import (
+    A_ALLOW,
     DIR_IN,
     DROP_STATE_FULL,
+    RI_ACT,
     V_DROP,
     V_PASS,
     V_REJECT,
@@ -27,14 +30,50 @@ from vecroute.firewall.keys import K_FAMILY, K_RX, K_TX, extract_keys
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.node_ids import IP4_LOOKUP, IP4_REWRITE, IP6_LOOKUP, IP6_REWRITE, TCP_RESET
-from vecroute.graph.state import A_IF
-from vecroute.packet.batch import F_FW_SKIP, F_LOCAL_ORIGIN, M_ADJ, M_ERR, M_FLAGS
+from vecroute.graph.state import A_IF, FW_TRIVIAL_IN, OPT_FW
+from vecroute.packet.batch import (
+    F_FW_SKIP,
+    F_LOCAL_ORIGIN,
+    M_ADJ,
+    M_ERR,
+    M_FLAGS,
+    M_L3,
+    M_LEN,
+    M_OFF,
+)
+
+
+@njit(cache=True)
+def _default_only(work, k, buf, meta, frames, frame_n, fw, now, direction) -> None:
+    """No rule but the default one applies in this direction: what classifying would do
+    (count the default rule, apply its action) without the keys and the class lookups."""
+    dflt = fw.rinfo.shape[0] - 1
+    allow = fw.rinfo[dflt, RI_ACT] == A_ALLOW
+    nbytes = np.int64(0)
+    for j in range(k):
+        i = work[j]
+        l3 = meta[M_L3, i]
+        nbytes += meta[M_OFF, i] + meta[M_LEN, i] - l3
+        ip6 = (buf[l3] >> 4) == 6
+        if not allow:
+            drop(frames, frame_n, meta, i, C.C_FW_DENY)
+        elif direction == DIR_IN:
+            enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6 else IP4_LOOKUP, i)
+        else:
+            meta[M_FLAGS, i] |= F_FW_SKIP
+            enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)
+    fw.cnt[dflt, 0] += k
+    fw.cnt[dflt, 1] += nbytes
+    fw.cnt[dflt, 2] = now
 
 
 @njit(cache=True)
 def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, direction) -> None:
     """Classify the vector (``direction`` DIR_IN at fw-in, DIR_OUT at fw-out) and act."""
     if fw is None:  # compiled away when the graph has no firewall
+        return
+    if dp.opts[OPT_FW] & (FW_TRIVIAL_IN << direction):
+        _default_only(work, k, buf, meta, frames, frame_n, fw, now, direction)
         return
     extract_keys(buf, meta, work, k, fwk)
     if direction != DIR_IN:

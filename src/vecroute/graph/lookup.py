@@ -90,6 +90,9 @@ def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
     """Send packet i on by the type of its adjacency (the lookup's one decision)."""
     meta[M_ADJ, i] = a
     t = dp.adj[a, A_TYPE]
+    # read here, not in the elif below: there numba reference-counted dp.opts per packet
+    # (measured: ip4-lookup 20 -> 140 ns per packet)
+    fw_out = dp.opts[OPT_FW] & FW_RUN_OUT
     if t == ADJ_LOCAL:
         enqueue(frames, frame_n, meta, IP6_LOCAL if ip6 else IP4_LOCAL, i)
     elif t == ADJ_DROP:
@@ -100,7 +103,7 @@ def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
         enqueue(frames, frame_n, meta, SRV6_LOCALSID, i)
     elif t == ADJ_SRV6_LOCALSID:
         drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
-    elif dp.opts[OPT_FW] & FW_RUN_OUT and not meta[M_FLAGS, i] & F_FW_SKIP:
+    elif fw_out != 0 and not meta[M_FLAGS, i] & F_FW_SKIP:
         enqueue(frames, frame_n, meta, FW_OUT, i)  # the output firewall, then rewrite
     else:
         enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)

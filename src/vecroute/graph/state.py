@@ -81,6 +81,8 @@ OPT_FW = 2  # FW_RUN_IN | FW_RUN_OUT: a firewall is attached (the graph runs fw-
 OPT_COLS = 4
 FW_RUN_IN = 1
 FW_RUN_OUT = 2
+FW_TRIVIAL_IN = 4  # no rule but the default can match at input: apply it, skip classifying
+FW_TRIVIAL_OUT = 8  # the same at output
 
 # SRv6 local SIDs (sr_sid int32 [n, SID_COLS])
 SID_BEHAVIOR = 0
