@@ -131,6 +131,16 @@ def test_direction_without_rules_counts_like_classifying(default) -> None:
     assert node_packets(r, "fw-out") == 2
 
 
+def test_keep_state_rule_with_in_still_probes_states_at_output() -> None:
+    # ipfw probes the states when the walk reaches a keep-state rule, before its `in`
+    # condition: the output pass of both directions must find the state
+    r = fw_router("100 allow udp from 198.51.100.0/24 to any keep-state in")
+    assert r.firewall.compiled.trivial_directions() == 0
+    out = eth() / IP(src=H0_IP4, dst=DST4) / UDP(sport=5000, dport=53)
+    back = from_n1(IP(src=DST4, dst=H0_IP4) / UDP(sport=53, dport=5000))
+    assert r.run([out, back], now_ns=SEC).fates == ["tx", "tx"]
+
+
 # -- in / out / recv / xmit ---------------------------------------------------------------------
 
 

@@ -1538,9 +1538,13 @@ class CompiledFirewall:
 
     def trivial_directions(self) -> int:
         """Bit ``1 << DIR_IN`` / ``1 << DIR_OUT`` set when no rule but the default one can
-        match in that direction (every rule says the other direction): the data path then
-        applies and counts the default rule without classifying, with the same result."""
+        match in that direction (every rule says the other direction, and no rule looks
+        states up: a walk that passes a keep-state rule probes the states even where the rule
+        cannot match): the data path then applies and counts the default rule without
+        classifying, with the same result."""
         cmap, bm = self.cmap, self.bm
+        if self.probes[0] < len(self.rules) - 1:
+            return 0  # a state lookup happens in both directions (ipfw's O_PROBE_STATE)
         mask = 0
         for d in (DIR_IN, DIR_OUT):
             if cmap[CM_LIST] >= 0:
