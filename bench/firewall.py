@@ -95,7 +95,6 @@ REPO = Path(__file__).resolve().parent.parent
 CLASSBENCH = REPO.parent / "shared" / "data" / "classbench"
 SEED = 20240611
 VECTOR = 256
-ROWS = np.arange(VECTOR, dtype=np.int64)  # the key rows of one vector (fw_batch's rows)
 FRAME = 64
 IFNAMES = [f"eth{i}" for i in range(N_IF)]
 ME4 = [f"192.0.2.{64 * i + 62}" for i in range(N_IF)]  # bench.forwarding.setup_fib
@@ -131,7 +130,6 @@ def _drive(
     st,
     ctl,
     keys,
-    rows,
     total,
     v,
     r,
@@ -169,7 +167,6 @@ def _drive(
             st,
             ctl,
             keys[pos : pos + VECTOR],
-            rows,
             VECTOR,
             0,
             NOW_NS,
@@ -425,7 +422,7 @@ class KernelCase:
         r, a = v.copy(), v.copy()
         args = self.fw.args()
         w0, c0 = time.perf_counter(), time.process_time()
-        _drive(*args, self.keys, ROWS, total, v, r, a)
+        _drive(*args, self.keys, total, v, r, a)
         self.wall.append(time.perf_counter() - w0)
         self.cpu.append(time.process_time() - c0)
 

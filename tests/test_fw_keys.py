@@ -113,9 +113,8 @@ def test_keys_from_a_batch():
 
 
 def test_kernel_entry_points_agree():
-    """fw_batch (FW tuple built inside compiled code, as a graph node does, rows given in
-    another order), fw_classify (one row) and the flat Python entry give the same answers
-    and counters."""
+    """fw_batch (FW tuple built inside compiled code, as a graph node does), fw_classify
+    (one row) and the flat Python entry give the same answers and counters."""
     from numba import njit
 
     from vecroute.firewall.classifier import FW, fw_batch, fw_classify
@@ -123,9 +122,9 @@ def test_kernel_entry_points_agree():
     from vecroute.firewall.firewall import Firewall
 
     @njit
-    def node(args, keys, rows, n, direction, now, v, r, a):
+    def node(args, keys, n, direction, now, v, r, a):
         fw = FW(*args)
-        fw_batch(fw, keys, rows, n, direction, now, v, r, a)
+        fw_batch(fw, keys, n, direction, now, v, r, a)
 
     @njit
     def one_by_one(args, keys, n, direction, now, v, r, a):
@@ -157,11 +156,7 @@ def test_kernel_entry_points_agree():
             v, r, a = fw.classify(keys, 0, 7)
         else:
             v, r, a = (np.zeros(n, np.int32) for _ in range(3))
-            if how == "node":  # the rows in reverse: outputs come in the order of rows
-                node(fw.args(), keys, np.arange(n)[::-1].copy(), n, 0, 7, v, r, a)
-                v, r, a = v[::-1], r[::-1], a[::-1]
-            else:
-                one_by_one(fw.args(), keys, n, 0, 7, v, r, a)
+            (node if how == "node" else one_by_one)(fw.args(), keys, n, 0, 7, v, r, a)
         outs.append((v.tolist(), r.tolist(), a.tolist()))
         counters.append(fw.compiled.cnt.copy())
     assert outs[0] == outs[1] == outs[2]

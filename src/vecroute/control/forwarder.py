@@ -20,7 +20,6 @@ from vecroute.graph.dispatch import Graph
 from vecroute.graph.node_ids import DONE_PUNT, IP4_LOOKUP, IP6_LOOKUP
 from vecroute.graph.state import OPT_LIVE, DataPlaneState
 from vecroute.packet.batch import (
-    F_FW_KEYS,
     F_IP6,
     HEADROOM,
     M_ADJ,
@@ -92,7 +91,7 @@ class Forwarder:
             m[M_OFF, n] = o
             m[M_L3, n] = o
             m[M_FIB, n] = fib
-            m[M_FLAGS, n] = flags & ~F_FW_KEYS  # the slot's firewall key row is another's
+            m[M_FLAGS, n] = flags
             if family == 4:
                 m[M_NEXT, n] = IP4_LOOKUP
                 m[M_PROTO, n] = l3b[9]

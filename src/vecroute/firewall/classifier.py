@@ -10,15 +10,13 @@ compiled code)::
     args = firewall.args()                     # Python: the FW arrays, flat, in field order
     fw = FW(*args)                             # inside @njit code
     extract_keys(buf, meta, work, k, keys)     # @njit (vecroute.firewall.keys)
-    fw_batch(fw, keys, rows, k, direction, now, verdicts, rules, aux)  # @njit, a vector
+    fw_batch(fw, keys, k, direction, now, verdicts, rules, aux)      # @njit, a whole vector
     verdict, rule, aux = fw_classify(fw, keys, i, direction, now)   # @njit, one row
 
 - ``keys``: ``int64[>= n, K_COLS]``, one row per packet, columns in
   :mod:`vecroute.firewall.keys` (``K_FAMILY, K_SRC_HI, K_SRC_LO, K_DST_HI, K_DST_LO,
   K_PROTO, K_SPORT, K_DPORT, K_TCPFLAGS, K_ICMPTYPE, K_TTL, K_FRAG, K_RX, K_TX, K_LEN``;
-  ``K_COLS`` = 15); ``rows``: ``int[>= n]``, the key rows to classify (the graph keeps one
-  row per batch slot and passes its frame). ``extract_keys`` / ``extract_key`` fill them
-  from a batch after ip4-input/ip6-input (or
+  ``K_COLS`` = 15). ``extract_keys`` fills them from a batch after ip4-input/ip6-input (or
   after the lookup, where ``M_TX`` is set, for the output direction).
 - ``direction``: ``DIR_IN`` (0, after ip4/ip6-input) or ``DIR_OUT`` (1, after the lookup,
   ``K_TX`` = the transmit interface).
@@ -958,7 +956,6 @@ def _batch(
     st,
     ctl,
     keys,
-    rows,
     n,
     direction,
     now,
@@ -969,8 +966,7 @@ def _batch(
     if ctl[FC_COUNT] > 0:
         sweep_states(st, ctl, now, ctl[FC_SWEEP])
     if cmap[CM_LIST] >= 0:  # no field distinguishes packets: one candidate list
-        for j in range(n):
-            i = rows[j]
+        for i in range(n):
             v, r, a = _classify_list(
                 c4,
                 cl6_roots,
@@ -999,12 +995,11 @@ def _batch(
                 direction,
                 now,
             )
-            verdicts[j] = v
-            rules[j] = r
-            aux[j] = a
+            verdicts[i] = v
+            rules[i] = r
+            aux[i] = a
         return
-    for j in range(n):
-        i = rows[j]
+    for i in range(n):
         _rows_to_ctl(c4, cl6_roots, cl6_groups, cmap, ctl, keys, i, direction)
         v, r, a = _classify(
             c4,
@@ -1034,14 +1029,14 @@ def _batch(
             direction,
             now,
         )
-        verdicts[j] = v
-        rules[j] = r
-        aux[j] = a
+        verdicts[i] = v
+        rules[i] = r
+        aux[i] = a
 
 
 @njit(cache=True)
-def fw_batch(fw, keys, rows, n, direction, now, verdicts, rules, aux):
-    """Classify key rows ``keys[rows[j]]``, j < n (outputs at j); see the module doc."""
+def fw_batch(fw, keys, n, direction, now, verdicts, rules, aux):
+    """Classify ``keys[:n]``; see the module doc for the outputs."""
     _batch(
         fw.c4,
         fw.cl6_roots,
@@ -1066,7 +1061,6 @@ def fw_batch(fw, keys, rows, n, direction, now, verdicts, rules, aux):
         fw.st,
         fw.ctl,
         keys,
-        rows,
         n,
         direction,
         now,
@@ -1195,7 +1189,6 @@ def fw_batch_flat(
     st,
     ctl,
     keys,
-    rows,
     n,
     direction,
     now,
@@ -1228,7 +1221,6 @@ def fw_batch_flat(
         st,
         ctl,
         keys,
-        rows,
         n,
         direction,
         now,
@@ -2205,9 +2197,7 @@ def classify_keys(
     v = np.zeros(n, np.int32)
     r = np.zeros(n, np.int32)
     a = np.zeros(n, np.int32)
-    rows = np.arange(n, dtype=np.int64)
-    keys = np.ascontiguousarray(keys, np.int64)
-    fw_batch_flat(*args, keys, rows, n, direction, np.int64(now), v, r, a)
+    fw_batch_flat(*args, np.ascontiguousarray(keys, np.int64), n, direction, np.int64(now), v, r, a)
     return v, r, a
 
 

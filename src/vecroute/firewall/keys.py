@@ -92,59 +92,54 @@ def extract_keys(buf, meta, work, k, keys):
     """Fill ``keys[j]`` for packet ``work[j]``, j < k, from a batch that went through
     ip4-input/ip6-input (M_L3, M_L4, M_PROTO and the fragment flags set)."""
     for j in range(k):
-        extract_key(buf, meta, work[j], keys, j)
-
-
-@njit(cache=True, inline="always")
-def extract_key(buf, meta, i, keys, j):
-    """Key row ``keys[j]`` of packet ``i`` (the graph uses j = i: one row per slot)."""
-    l3 = meta[M_L3, i]
-    end = meta[M_OFF, i] + meta[M_LEN, i]
-    fl = meta[M_FLAGS, i]
-    v6 = (buf[l3] >> 4) == 6
-    if v6:
-        keys[j, 0] = 6
-        keys[j, 1] = np.int64(rd64(buf, l3 + 8))
-        keys[j, 2] = np.int64(rd64(buf, l3 + 16))
-        keys[j, 3] = np.int64(rd64(buf, l3 + 24))
-        keys[j, 4] = np.int64(rd64(buf, l3 + 32))
-        keys[j, 10] = buf[l3 + 7]
-        keys[j, 14] = 40 + np.int64(rd16(buf, l3 + 4))
-    else:
-        keys[j, 0] = 4
-        keys[j, 1] = 0
-        keys[j, 2] = np.int64(rd32(buf, l3 + 12))
-        keys[j, 3] = 0
-        keys[j, 4] = np.int64(rd32(buf, l3 + 16))
-        keys[j, 10] = buf[l3 + 8]
-        keys[j, 14] = np.int64(rd16(buf, l3 + 2))
-    proto = np.int64(meta[M_PROTO, i])
-    l4 = meta[M_L4, i]
-    frag = 0
-    if fl & F_FRAG:
-        frag |= FRAG_ANY
-    if fl & F_FRAG_NONFIRST:
-        frag |= FRAG_NONFIRST
-    keys[j, 5] = proto
-    keys[j, 11] = frag
-    keys[j, 12] = meta[M_RX, i]
-    keys[j, 13] = meta[M_TX, i]
-    sp = np.int64(-1)
-    dp = np.int64(-1)
-    tf = np.int64(-1)
-    it = np.int64(-1)
-    if l4 > 0 and frag & FRAG_NONFIRST == 0:
-        if (proto == 6 or proto == 17 or proto == 132) and l4 + 4 <= end:
-            sp = np.int64(rd16(buf, l4))
-            dp = np.int64(rd16(buf, l4 + 2))
-            if proto == 6 and l4 + 14 <= end:
-                tf = np.int64(buf[l4 + 13])
-        elif ((proto == 1 and not v6) or (proto == 58 and v6)) and l4 < end:
-            it = np.int64(buf[l4])
-    keys[j, 6] = sp
-    keys[j, 7] = dp
-    keys[j, 8] = tf
-    keys[j, 9] = it
+        i = work[j]
+        l3 = meta[M_L3, i]
+        end = meta[M_OFF, i] + meta[M_LEN, i]
+        fl = meta[M_FLAGS, i]
+        v6 = (buf[l3] >> 4) == 6
+        if v6:
+            keys[j, 0] = 6
+            keys[j, 1] = np.int64(rd64(buf, l3 + 8))
+            keys[j, 2] = np.int64(rd64(buf, l3 + 16))
+            keys[j, 3] = np.int64(rd64(buf, l3 + 24))
+            keys[j, 4] = np.int64(rd64(buf, l3 + 32))
+            keys[j, 10] = buf[l3 + 7]
+            keys[j, 14] = 40 + np.int64(rd16(buf, l3 + 4))
+        else:
+            keys[j, 0] = 4
+            keys[j, 1] = 0
+            keys[j, 2] = np.int64(rd32(buf, l3 + 12))
+            keys[j, 3] = 0
+            keys[j, 4] = np.int64(rd32(buf, l3 + 16))
+            keys[j, 10] = buf[l3 + 8]
+            keys[j, 14] = np.int64(rd16(buf, l3 + 2))
+        proto = np.int64(meta[M_PROTO, i])
+        l4 = meta[M_L4, i]
+        frag = 0
+        if fl & F_FRAG:
+            frag |= FRAG_ANY
+        if fl & F_FRAG_NONFIRST:
+            frag |= FRAG_NONFIRST
+        keys[j, 5] = proto
+        keys[j, 11] = frag
+        keys[j, 12] = meta[M_RX, i]
+        keys[j, 13] = meta[M_TX, i]
+        sp = np.int64(-1)
+        dp = np.int64(-1)
+        tf = np.int64(-1)
+        it = np.int64(-1)
+        if l4 > 0 and frag & FRAG_NONFIRST == 0:
+            if (proto == 6 or proto == 17 or proto == 132) and l4 + 4 <= end:
+                sp = np.int64(rd16(buf, l4))
+                dp = np.int64(rd16(buf, l4 + 2))
+                if proto == 6 and l4 + 14 <= end:
+                    tf = np.int64(buf[l4 + 13])
+            elif ((proto == 1 and not v6) or (proto == 58 and v6)) and l4 < end:
+                it = np.int64(buf[l4])
+        keys[j, 6] = sp
+        keys[j, 7] = dp
+        keys[j, 8] = tf
+        keys[j, 9] = it
 
 
 def _s64(v: int) -> int:

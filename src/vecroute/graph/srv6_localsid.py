@@ -31,7 +31,6 @@ from vecroute.graph.state import (
 )
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
-    F_FW_KEYS,
     F_HLIM_DONE,
     F_IP6,
     M_ADJ,
@@ -129,7 +128,7 @@ def srv6_localsid(work, k, buf, meta, frames, frame_n, dp) -> None:
                 meta[M_LEN, i] = end - l3
                 meta[M_PROTO, i] = nh  # the upper layer has not moved
                 meta[M_L4, i] = after
-            meta[M_FLAGS, i] = (meta[M_FLAGS, i] | F_HLIM_DONE) & ~F_FW_KEYS  # DA changed
+            meta[M_FLAGS, i] |= F_HLIM_DONE
             ends += 1
             if beh == END_X:
                 to_adjacency(frames, frame_n, meta, dp, i, dp.sr_sid[sid, SID_ADJ], True)

@@ -51,7 +51,6 @@ F_SRC_LINK_LOCAL = 64  # ip6 source is link-local: local delivery only, never fo
 F_HLIM_DONE = 128  # TTL / hop limit already checked and decremented (SRv6 End, encap)
 F_FORCED_ADJ = 256  # adjacency already chosen (End.DX4/DX6): the lookup is skipped
 F_FW_SKIP = 512  # not (again) through fw-out: it passed it, or the firewall/SRv6 made it
-F_FW_KEYS = 1024  # fw-in extracted this slot's firewall key row; the header is unchanged since
 
 
 class PacketBatch:
