@@ -1302,3 +1302,24 @@ def test_icmp_error_back_to_a_source_behind_a_policy_is_encapsulated(r, fam):
     else:
         assert ICMPv6DestUnreach in inner and inner[IPv6].src == R0_IP6
         assert inner[IPv6].dst == src
+
+
+def test_firewall_output_pass_sees_the_destination_end_wrote():
+    # fw-out reuses the key row fw-in extracted, unless the header changed: End rewrites
+    # the destination, so a rule on the new destination must match at output
+    from conftest import Router
+
+    cfg = srv6_config()
+    cfg["firewall"] = {
+        "default": "allow",
+        "rules": [
+            f"100 deny ip6 from any to {NEXT6} out",
+            f"200 count ip6 from any to {SID_END} in",
+        ],
+    }
+    r = Router(cfg)
+    res = r.run([srv6_pkt(SID_END, [NEXT6, SEG3])])
+    assert res.fates == ["drop"] and res.c("fw-deny") == 1 and res.c("srv6-end") == 1
+    show = r.firewall.show()
+    assert show.splitlines()[0].split()[:2] == ["00100", "1"]
+    assert show.splitlines()[1].split()[:2] == ["00200", "1"]
