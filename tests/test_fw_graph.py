@@ -457,5 +457,11 @@ def test_ctl_fw_grammar() -> None:
         execute(c, ["fw", "add", "300", "deny", "ip", "from", "any", "tp", "any"])
     with pytest.raises(CommandError, match="no rule 00999"):
         execute(c, ["fw", "delete", "999"])
+    with pytest.raises(CommandError, match="expected a rule number, got 'abc'"):
+        execute(c, ["fw", "zero", "abc"])
+    with pytest.raises(CommandError, match="default rule cannot be deleted"):
+        execute(c, ["fw", "delete", "65535"])
+    with pytest.raises(CommandError, match="nosuch"):
+        execute(c, ["fw", "table", "nosuch", "add", "192.0.2.1"])
     with pytest.raises(CommandError, match="no firewall"):
         execute(_CtlRouter(None), ["fw", "show"])

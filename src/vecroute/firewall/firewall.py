@@ -317,6 +317,8 @@ class Firewall:
                 raise ValueError(f"fw delete: no rule {int(rest[0]):05d}")
             return ""
         if cmd == "zero":
+            if len(rest) > 1 or (rest and not rest[0].isdigit()):
+                raise ValueError(f"fw zero: expected a rule number, got {' '.join(rest)!r}")
             self.zero(int(rest[0]) if rest else None)
             return ""
         if cmd == "tables":
