@@ -158,19 +158,26 @@ class Graph:
         self.work = np.zeros(cap, dtype=np.int32)
         self.txl = np.zeros(cap, dtype=np.int32)
         self.txn = np.zeros(1, dtype=np.int32)
-        self._args = state.args()
         self.firewall = None
         self._fw_args: tuple = ()
         self._fw_gen = -1
         self._fw_scratch = (np.zeros((cap, K_COLS), np.int64), np.zeros((3, cap), np.int32))
+        self._tail: tuple = ()  # the call's arguments after the batch's (built once per change)
+        self._build_tail()
         self.attach_firewall(firewall)
+
+    def _build_tail(self) -> None:
+        self._tail = (self.frames, self.frame_n, self.work, self.txl, self.txn,
+                      *self.state.args(), *self._fw_args)
 
     def attach_firewall(self, firewall, directions: int = FW_RUN_IN | FW_RUN_OUT) -> None:
         """Run ``firewall`` (a :class:`vecroute.firewall.Firewall`) at input and output from
         the next batch on; ``None`` removes it."""
         self.firewall = firewall
         self._fw_gen = -1
+        self._fw_args = ()
         self.state.opts[OPT_FW] = directions if firewall is not None else 0
+        self._build_tail()
 
     def swap_state(self, state: DataPlaneState) -> None:
         """Install a new forwarding state between batches (counters carry over)."""
@@ -184,24 +191,22 @@ class Graph:
         if state.if_stats.shape == old.if_stats.shape:
             state.if_stats = old.if_stats
         self.state = state
-        self._args = state.args()
+        self._build_tail()
 
     def run(self, batch: PacketBatch, now_ns: int) -> np.ndarray:
         """Process the batch; returns the indices of packets to transmit, in order."""
         fw = self.firewall
         if fw is None:
-            run_graph(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc,
-                      self.frames, self.frame_n, self.work, self.txl, self.txn,
-                      *self._args)
+            run_graph(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc, *self._tail)
         else:
             fw.maintain()
             if fw.generation != self._fw_gen:
                 self._fw_gen = fw.generation
                 self._fw_args = (*fw.args(), *self._fw_scratch)
+                self._build_tail()
                 trivial = fw.compiled.trivial_directions()  # bit 1 << DIR_IN / DIR_OUT
                 opts = self.state.opts
                 opts[OPT_FW] = (opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) | (trivial << 2)
             run_graph_fw(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc,
-                         self.frames, self.frame_n, self.work, self.txl, self.txn,
-                         *self._args, *self._fw_args)
+                         *self._tail)
         return self.txl[: self.txn[0]]
