@@ -190,7 +190,10 @@ class LiveRouter:
             self.fib = Fib.from_config(cfg, self.macs)
         except RouteError as e:
             raise StartupError(str(e)) from None
-        self.firewall = _make_firewall(cfg)
+        try:
+            self.firewall = firewall_from_config(cfg)
+        except ConfigError as e:  # a rule naming a table that does not exist, say
+            raise StartupError(str(e)) from None
         self.neigh = NeighborTable(self.fib, self._send_frame, self._reinject)
         self.ctl_tx = []
         for itf in cfg.interfaces:
@@ -414,8 +417,8 @@ class LiveRouter:
             for n in self.neigh.entries.values():  # keep what was learnt
                 if n.mac is not None and n.state != PERMANENT:
                     fib.add_neighbor(n.ip, n.mac, cfg.interfaces[n.ifx].name)
-            firewall = _make_firewall(cfg)
-        except (ConfigError, RouteError, StartupError) as e:
+            firewall = firewall_from_config(cfg)
+        except (ConfigError, RouteError) as e:
             log.error("reload failed, keeping the running configuration: %s", e)
             return
         self.cfg, self.fib = cfg, fib
@@ -529,13 +532,6 @@ class LiveRouter:
             s.close()
         self.server.close()
         log.info("vecroute stopped")
-
-
-def _make_firewall(cfg: Config) -> Firewall | None:
-    try:
-        return firewall_from_config(cfg)
-    except ValueError as e:  # a rule naming a table that does not exist, say
-        raise StartupError(str(e)) from None
 
 
 def fw_report(fw: Firewall, argv: list[str], now: int):

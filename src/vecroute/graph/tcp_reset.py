@@ -76,16 +76,14 @@ def tcp_reset(work, k, buf, meta, frames, frame_n, dp) -> None:
         if flags & TH_FIN:
             seglen += 1
         if ip6:
-            a = np.empty(32, np.uint8)  # the addresses, swapped on the way back
-            for b in range(16):
-                a[b] = buf[l3 + 24 + b]
-                a[16 + b] = buf[l3 + 8 + b]
             wr32(buf, l3, np.uint32(0x60000000))
             wr16(buf, l3 + 4, TCP_HLEN)
             buf[l3 + 6] = PROTO_TCP
             buf[l3 + 7] = RST_TTL
-            for b in range(32):
-                buf[l3 + 8 + b] = a[b]
+            for b in range(16):  # the addresses, swapped on the way back
+                x = buf[l3 + 8 + b]
+                buf[l3 + 8 + b] = buf[l3 + 24 + b]
+                buf[l3 + 24 + b] = x
             hl = IP6_HLEN
         else:
             dst = rd32(buf, l3 + 16)
