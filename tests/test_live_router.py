@@ -185,9 +185,13 @@ def test_neighbor_mac_change_is_followed(topo):
     assert ping(topo, "h1", H2_V4, "-c", "1", "-W", "2").returncode == 0
     new = "02:00:00:00:5e:77"
     topo.lab.run(ns, ["ip", "link", "set", ifn, "address", new])
-    time.sleep(0.5)  # gratuitous ARP / unsolicited NA from the kernel
-    neigh = {(n["ip"]): n["mac"] for n in topo.ctl("show", "neighbors")["data"]}
-    assert neigh[H2_V4] == new and neigh[H2_V6] == new, neigh
+    deadline = time.monotonic() + 10  # gratuitous ARP / unsolicited NA from the kernel
+    while True:
+        neigh = {(n["ip"]): n["mac"] for n in topo.ctl("show", "neighbors")["data"]}
+        if neigh.get(H2_V4) == new and neigh.get(H2_V6) == new or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert neigh.get(H2_V4) == new and neigh.get(H2_V6) == new, neigh
     assert ping(topo, "h1", H2_V4, "-c", "2", "-i", "0.2", "-W", "2").returncode == 0
     assert ping(topo, "h1", H2_V6, "-c", "2", "-i", "0.2", "-W", "2").returncode == 0
 
