@@ -28,7 +28,7 @@ from vecroute.graph.counters import COUNTERS
 from vecroute.graph.dispatch import Graph
 from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX, FREE
 from vecroute.graph.state import icmp_bucket
-from vecroute.packet.batch import M_NEXT, M_ORIG, M_SEQ, M_TX, PacketBatch
+from vecroute.packet.batch import M_NEXT, M_ORIG, M_SEQ, M_TX, MAX_FRAME, SLOT, PacketBatch
 
 # --- numba cache hygiene -----------------------------------------------------------------------
 
@@ -151,13 +151,15 @@ class Result:
 
         Drops are counted by reason; an input that triggers an ICMP error or a TCP RST is
         counted as a drop and its slot is reused for the answer, so answers are taken off
-        the tx count.
-        Generated packets (fragments 2..n, ARP/NS requests) live in spare slots."""
+        the tx count; an answer that died is a second drop, counted as answer-dropped too.
+        Generated packets (fragments 2..n, ARP/NS requests, redirects) live in spare
+        slots."""
         assert len(self.fates) == self.n_in
         assert all(f in ("tx", "drop", "punt") for f in self.fates), Counter(self.fates)
         tx_in_slots = sum(1 for t in self.tx if not t.generated)
         answers = self.c("icmp-error-sent") + self.c("tcp-reset-sent")
-        assert self.drops + self.c("punt") + tx_in_slots - answers == self.n_in, (
+        drops = self.drops - self.c("answer-dropped")
+        assert drops + self.c("punt") + tx_in_slots - answers == self.n_in, (
             self.counters,
             tx_in_slots,
             self.n_in,
@@ -166,6 +168,17 @@ class Result:
 
 def _frame(p) -> bytes:
     return p if isinstance(p, bytes | bytearray) else bytes(p)
+
+
+# A canary: a full-size frame to a MAC that is not the router's. ethernet-input drops it
+# (not-for-us) without writing a byte, so its whole slot must come out of a batch exactly
+# as it went in; guarded runs put one before and after every packet (slot 0 and the last
+# slot included), so any write outside a packet's own slot changes a canary.
+CANARY_MAC = "02:00:00:00:ca:fe"
+_rng = np.random.default_rng(1812)
+CANARY = bytes(Ether(dst=CANARY_MAC, src=H0, type=0x88B5)) + _rng.integers(
+    0, 256, MAX_FRAME - 14, dtype=np.uint8).tobytes()
+CANARY_HEADROOM = _rng.integers(0, 256, SLOT, dtype=np.uint8)
 
 
 class Router:
@@ -188,20 +201,55 @@ class Router:
     def set_icmp_rate(self, rate: int, burst: int) -> None:
         self.state.icmp_tb[:] = icmp_bucket(rate, burst)
 
-    def run(self, packets, rx: str = "eth0", now_ns: int = 0, ts_ns=None) -> Result:
+    def run(
+        self, packets, rx: str = "eth0", now_ns: int = 0, ts_ns=None, guard: bool = False
+    ) -> Result:
         """Run packets (scapy packets, bytes, or (ifname, packet) pairs) received on rx.
 
         Packets go through in batches of the vector size; each batch is run with the
         timestamp of its last packet as the clock (like replay). ``ts_ns`` gives each
-        packet its own timestamp (default: all ``now_ns``)."""
+        packet its own timestamp (default: all ``now_ns``). ``guard`` surrounds every
+        packet with canary slots and fails if any byte of a canary slot changed."""
         items = [p if isinstance(p, tuple) else (rx, p) for p in packets]
         frames = [_frame(p) for _, p in items]
-        rxs = np.array([self.names.index(r) for r, _ in items], dtype=np.int32)
         ts = (
             np.full(len(items), now_ns, dtype=np.int64)
             if ts_ns is None
             else np.asarray(ts_ns, dtype=np.int64)
         )
+        if guard:
+            return self._run_guarded(items, frames, ts)
+        return self._run(items, frames, ts, self.batch.vector_size)
+
+    def _run_guarded(self, items, frames, ts) -> Result:
+        per = (self.batch.vector_size - 1) // 2  # packets per batch: C p C p ... p C
+        g_items, g_frames, g_ts, real = [], [], [], []
+        for start in range(0, len(frames), per):
+            chunk = range(start, min(start + per, len(frames)))
+            for k in chunk:
+                g_items += [(items[k][0], None), items[k]]
+                g_frames += [CANARY, frames[k]]
+                g_ts += [ts[k], ts[k]]
+                real += [-1, k]
+            g_items.append((items[chunk[-1]][0], None))
+            g_frames.append(CANARY)
+            g_ts.append(ts[chunk[-1]])
+            real.append(-1)
+        res = self._run(g_items, g_frames, np.asarray(g_ts, dtype=np.int64), 2 * per + 1,
+                        canaries=[r < 0 for r in real])
+        canaries = sum(r < 0 for r in real)
+        assert [f for f, r in zip(res.fates, real, strict=True) if r < 0] == ["drop"] * canaries
+        res.counters["not-for-us"] -= canaries
+        if not res.counters["not-for-us"]:
+            del res.counters["not-for-us"]
+        res.fates = [f for f, r in zip(res.fates, real, strict=True) if r >= 0]
+        res.n_in = len(frames)
+        for t in res.tx:
+            t.orig = real[t.orig]
+        return res
+
+    def _run(self, items, frames, ts, step: int, canaries=None) -> Result:
+        rxs = np.array([self.names.index(r) for r, _ in items], dtype=np.int32)
         lens = np.array([len(f) for f in frames], dtype=np.int32)
         offs = np.zeros(len(frames), dtype=np.int64)
         if len(frames) > 1:
@@ -214,8 +262,20 @@ class Router:
         pos = 0
         fate_names = {DONE_TX: "tx", DONE_DROP: "drop", DONE_PUNT: "punt"}
         while pos < len(frames):
-            n = b.load(data, offs, lens, ts, rxs, pos, len(frames) - pos)
+            n = b.load(data, offs, lens, ts, rxs, pos, min(step, len(frames) - pos))
+            guarded = [i for i in range(n) if canaries and canaries[pos + i]]
+            for i in guarded:  # the canary slot's headroom: noise too, not zeros
+                b.buf[i * SLOT : i * SLOT + 256] = CANARY_HEADROOM[:256]
+                b.buf[i * SLOT + 256 + MAX_FRAME : (i + 1) * SLOT] = CANARY_HEADROOM[
+                    256 + MAX_FRAME :]
+            before_slots = {i: b.buf[i * SLOT : (i + 1) * SLOT].copy() for i in guarded}
             txl = g.run(b, int(ts[pos + n - 1])).copy()
+            for i, want in before_slots.items():
+                got = b.buf[i * SLOT : (i + 1) * SLOT]
+                bad = np.nonzero(got != want)[0]
+                assert bad.size == 0, (
+                    f"bytes {bad[0]}..{bad[-1]} of canary slot {i} were overwritten "
+                    f"(a write outside packet slot {i - 1 if bad[0] < 256 else i + 1})")
             meta = b.meta
             for i in txl:
                 i = int(i)

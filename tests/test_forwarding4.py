@@ -292,14 +292,6 @@ def test_not_for_us_and_unknown_ethertype(router: Router) -> None:
     res.check_accounting()
 
 
-def test_l2_broadcast_unicast_ip_is_routed(router: Router) -> None:
-    """A broadcast-MAC frame with a unicast IP destination is still routed."""
-    p = Ether(dst=BCAST, src=H0) / IP(src=H0_IP4, dst=DST4) / UDP()
-    res = router.run([p])
-    assert len(res.tx) == 1
-    assert_forwarded4(bytes(p), res.tx[0].data)
-
-
 def test_no_route_and_blackhole() -> None:
     cfg = base_config()
     cfg["routes"].append({"prefix": "198.18.0.0/15", "blackhole": True})
@@ -378,8 +370,8 @@ def test_echo_reply_costs_one_extra_lookup(router: Router) -> None:
 @pytest.mark.parametrize(
     "p,counter",
     [
-        (IP(src=H0_IP4, dst=R0_IP4) / UDP(dport=53) / b"q", "local-unhandled"),
-        (IP(src=H0_IP4, dst=R0_IP4) / TCP(dport=22, flags="S"), "local-unhandled"),
+        (IP(src=H0_IP4, dst=R0_IP4) / UDP(dport=53, chksum=0x1234) / b"q", "local-bad-checksum"),
+        (IP(src=H0_IP4, dst=R0_IP4) / TCP(dport=22, flags="R"), "tcp-port-closed"),
         (IP(src=H0_IP4, dst=R0_IP4) / ICMP(type=13), "local-unhandled"),
         (IP(src=H0_IP4, dst=R0_IP4) / ICMP(type=0), "local-unhandled"),
         (IP(src=H0_IP4, dst="255.255.255.255") / ICMP(), "local-unhandled"),
@@ -387,7 +379,8 @@ def test_echo_reply_costs_one_extra_lookup(router: Router) -> None:
         (IP(src=H0_IP4, dst=R0_IP4, flags="MF") / ICMP() / b"frag", "local-unhandled"),
         (IP(src=H0_IP4, dst=R0_IP4) / ICMP(chksum=0x1111) / b"x", "local-bad-checksum"),
     ],
-    ids=["udp", "tcp", "timestamp", "echo-reply", "bcast-ping", "bcast-udp", "frag", "badck"],
+    ids=["udp-badck", "tcp-rst", "timestamp", "echo-reply", "bcast-ping", "bcast-udp", "frag",
+         "badck"],
 )
 def test_local_unhandled(router: Router, p, counter: str) -> None:
     res = router.run([eth() / p])

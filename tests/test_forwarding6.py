@@ -276,13 +276,13 @@ def test_ping6_link_local_and_all_nodes(router: Router) -> None:
 @pytest.mark.parametrize(
     "l4,counter",
     [
-        (UDP(dport=53) / b"q", "local-unhandled"),
-        (TCP(dport=179, flags="S"), "local-unhandled"),
+        (UDP(dport=53, chksum=0) / b"q", "local-bad-checksum"),  # mandatory over IPv6
+        (TCP(dport=179, flags="R"), "tcp-port-closed"),  # no RST answers a RST
         (ICMPv6EchoReply(), "local-unhandled"),
         (ICMPv6EchoRequest(cksum=0x1234), "local-bad-checksum"),
         (IPv6ExtHdrFragment(m=1) / ICMPv6EchoRequest(), "local-unhandled"),
     ],
-    ids=["udp", "tcp", "echo-reply", "badck", "frag"],
+    ids=["udp-zero-ck", "tcp-rst", "echo-reply", "badck", "frag"],
 )
 def test_local_unhandled6(router: Router, l4, counter: str) -> None:
     res = router.run([eth() / IPv6(src=H0_IP6, dst=R0_IP6) / l4])

@@ -32,6 +32,7 @@ class InterfaceConfig:
     addresses: list[IPInterface]
     mtu: int = 1500
     table: int = 0
+    redirects: bool = True
 
 
 @dataclass
@@ -166,7 +167,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     interfaces: list[InterfaceConfig] = []
     names: set[str] = set()
     for n, t in enumerate(_section_list(path, data, "interfaces")):
-        r = _Reader(path, f"interfaces[{n}]", t, {"name", "mac", "addresses", "mtu", "table"})
+        r = _Reader(path, f"interfaces[{n}]", t,
+                    {"name", "mac", "addresses", "mtu", "table", "redirects"})
         name = r.get("name", str, required=True)
         if not name or len(name) > 15 or "/" in name or " " in name:
             raise r.err("name", f"{name!r} is not a valid interface name (1-15 chars)")
@@ -186,7 +188,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         if any(a.version == 6 for a in addrs) and mtu < 1280:
             raise r.err("mtu", f"{mtu} is below the IPv6 minimum of 1280 on an IPv6 interface")
         interfaces.append(
-            InterfaceConfig(name, mac, addrs, mtu, r.int_range("table", 0, 0, 2**32 - 1))
+            InterfaceConfig(name, mac, addrs, mtu, r.int_range("table", 0, 0, 2**32 - 1),
+                            r.get("redirects", bool, True))
         )
     if not interfaces:
         raise ConfigError(f"{path}: interfaces: at least one [[interfaces]] is required")

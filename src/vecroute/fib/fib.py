@@ -20,13 +20,18 @@ from vecroute.fib.lpm import Lpm
 from vecroute.graph.state import (
     ADJ_GLEAN,
     ADJ_INCOMPLETE,
+    ADJ_REPLY,
     I_FIB4,
     I_FIB6,
     I_IP4,
+    I_IP4_MASK,
     I_MTU,
+    I_REDIRECTS,
+    I_REPLY_ADJ,
     I_UP,
     IF6_GLOBAL,
     IF6_LL,
+    IF6_OTHER,
     IF_COLS,
     OPT_FIB_GEN,
     DataPlaneState,
@@ -59,6 +64,7 @@ class Interface:
     mtu: int
     table: int
     addresses: list = field(default_factory=list)  # IPv4Interface / IPv6Interface
+    redirects: bool = True  # send ICMP / ND redirects (Linux send_redirects = 1)
 
     @property
     def link_local(self) -> ipaddress.IPv6Address:
@@ -108,7 +114,8 @@ class Fib:
                     f"{cfg.path}: interfaces[{n}].mac: missing, required for {itf.name} here "
                     f"(replay has no device to read it from)"
                 )
-            fib.add_interface(Interface(itf.name, mac, itf.mtu, itf.table, list(itf.addresses)))
+            fib.add_interface(Interface(itf.name, mac, itf.mtu, itf.table, list(itf.addresses),
+                                        itf.redirects))
         for n, nb in enumerate(cfg.neighbors):
             try:
                 fib.add_neighbor(nb.ip, nb.mac, nb.interface)
@@ -139,6 +146,7 @@ class Fib:
     def add_interface(self, itf: Interface) -> int:
         ifx = len(self.interfaces)
         self.interfaces.append(itf)
+        self.adjs.get(AdjKey(ADJ_REPLY, ifx))
         for fam in (4, 6):
             self.lpm[fam].table_index(itf.table, create=True)
         for a in itf.addresses:
@@ -307,20 +315,26 @@ class Fib:
         n = len(self.interfaces)
         ifc = np.zeros((n, IF_COLS), dtype=np.int32)
         if_mac = np.zeros((n, 6), dtype=np.uint8)
-        if_ip6 = np.zeros((n, 2, 16), dtype=np.uint8)
+        n6 = max([sum(a.version == 6 for a in itf.addresses) for itf in self.interfaces] + [0])
+        if_ip6 = np.zeros((n, IF6_OTHER + n6, 16), dtype=np.uint8)
         for i, itf in enumerate(self.interfaces):
             ifc[i, I_MTU] = itf.mtu
             ifc[i, I_FIB4] = self.lpm[4].table_index(itf.table)
             ifc[i, I_FIB6] = self.lpm[6].table_index(itf.table)
             ifc[i, I_UP] = 1
+            ifc[i, I_REPLY_ADJ] = self.adjs.index[AdjKey(ADJ_REPLY, i)]
+            ifc[i, I_REDIRECTS] = int(itf.redirects)
             v4 = [a for a in itf.addresses if a.version == 4]
             v6 = [a for a in itf.addresses if a.version == 6 and not a.ip.is_link_local]
             if v4:
                 ifc[i, I_IP4] = np.uint32(int(v4[0].ip)).view(np.int32)
+                ifc[i, I_IP4_MASK] = np.uint32(int(v4[0].network.netmask)).view(np.int32)
             if_mac[i] = np.frombuffer(itf.mac, dtype=np.uint8)
             if_ip6[i, IF6_LL] = np.frombuffer(itf.link_local.packed, dtype=np.uint8)
             if v6:
                 if_ip6[i, IF6_GLOBAL] = np.frombuffer(v6[0].ip.packed, dtype=np.uint8)
+            for k, a in enumerate(a for a in itf.addresses if a.version == 6):
+                if_ip6[i, IF6_OTHER + k] = np.frombuffer(a.ip.packed, dtype=np.uint8)
         st = DataPlaneState(
             ifc=ifc,
             if_mac=if_mac,

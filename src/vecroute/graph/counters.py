@@ -54,6 +54,8 @@ COUNTERS: tuple[Counter, ...] = (
         "ip4 source in 0/8, 127/8, multicast, 240/4 or limited broadcast",
     ),
     Counter("ip4-dst-multicast", "ip4-input", "drop", "ip4 multicast destination (not routed)"),
+    Counter("martian-destination", "ip4-input", "drop",
+            "ip4 destination in 0/8, 127/8 or 240/4 (RFC 1812 5.3.7)"),
     # ip6-input
     Counter("ip6-too-short", "ip6-input", "drop", "ip6 packet shorter than 40 bytes"),
     Counter("ip6-bad-version", "ip6-input", "drop", "ip6 version field is not 6"),
@@ -71,6 +73,11 @@ COUNTERS: tuple[Counter, ...] = (
     Counter(
         "ip6-dst-multicast", "ip6-input", "drop", "ip6 multicast destination we do not listen to"
     ),
+    Counter("ip6-bad-destination", "ip6-input", "drop",
+            "ip6 destination unspecified (::) or loopback (::1) (RFC 4291 2.5.2, 2.5.3)"),
+    Counter("ip6-unknown-option", "ip6-input", "drop",
+            "unknown hop-by-hop / destination option whose action bits say discard"
+            " (RFC 8200 4.2; codes 10/11 also answer with parameter problem code 2)"),
     # lookup
     Counter(
         "fib-lookups", "ip4-lookup", "event", "FIB lookups (ip4 and ip6), one per routed packet"
@@ -80,9 +87,25 @@ COUNTERS: tuple[Counter, ...] = (
         "fib-table-missing", "ip4-lookup", "drop", "packet bound to a FIB table that has no routes"
     ),
     Counter("blackhole", "ip4-lookup", "drop", "route points to a drop adjacency"),
+    Counter("l2-multicast-unicast", "ip4-lookup", "drop",
+            "unicast IP received in a link-layer broadcast/multicast frame: not forwarded"
+            " (RFC 1812 5.3.4)"),
+    Counter("ip4-link-local", "ip4-lookup", "drop",
+            "ip4 link-local (169.254/16) source or destination not forwarded (RFC 3927 2.7)"),
     # local delivery
     Counter("echo-reply-sent", "ip4-local", "event", "ICMP/ICMPv6 echo request to us answered"),
-    Counter("local-unhandled", "ip4-local", "drop", "packet to us that no local service handles"),
+    Counter("local-unhandled", "ip4-local", "drop",
+            "packet to us that no local service handles (ICMP other than echo, broadcast)"),
+    Counter("udp-port-unreachable", "ip4-local", "drop",
+            "UDP to a router address: answered with port unreachable (RFC 1122 3.2.2.1)"),
+    Counter("tcp-port-closed", "ip4-local", "drop",
+            "TCP to a router address: answered with a RST (RFC 9293 3.10.7.1)"),
+    Counter("protocol-unreachable", "ip4-local", "drop",
+            "unknown protocol to a router address: protocol unreachable / parameter problem"
+            " code 1"),
+    Counter("ip6-routing-header", "ip6-local", "drop",
+            "routing header with segments left > 0 at an address that is not a SID: parameter"
+            " problem code 0 (RFC 8200 4.4, RFC 5095)"),
     Counter("local-bad-checksum", "ip4-local", "drop", "ICMP to us with a bad checksum"),
     Counter("nd-punt", "ip6-local", "event", "neighbour discovery handed to the control plane"),
     # rewrite / output
@@ -104,6 +127,8 @@ COUNTERS: tuple[Counter, ...] = (
     Counter(
         "frag-options-too-long", "ip4-frag", "drop", "ip4 header too long to fragment into the MTU"
     ),
+    Counter("frag-offset-overflow", "ip4-frag", "drop",
+            "fragment offset + length beyond 65535: cannot be refragmented (RFC 791)"),
     # neighbour requests
     Counter(
         "arp-request-sent",
@@ -147,7 +172,8 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("srv6-upper-layer", "srv6-localsid", "drop",
             "upper-layer header not allowed at this SID (param problem code 4)"),
     # icmp errors
-    Counter("icmp-error-sent", "icmp-error", "event", "ICMP/ICMPv6 error sent"),
+    Counter("icmp-error-sent", "icmp-error", "event",
+            "ICMP/ICMPv6 error sent (counted when it leaves by interface-output)"),
     Counter(
         "icmp-error-suppressed",
         "icmp-error",
@@ -159,6 +185,12 @@ COUNTERS: tuple[Counter, ...] = (
     Counter(
         "icmp-error-no-route", "icmp-error", "event", "no ICMP error: no route back to the source"
     ),
+    Counter("answer-dropped", "error-drop", "event",
+            "an ICMP error, TCP RST or redirect the router built died before it left (its"
+            " drop reason is counted too)"),
+    Counter("redirect-sent", "ip4-rewrite", "event",
+            "ICMP redirect / ND redirect sent: the packet left by the interface it came in on,"
+            " to a next hop on the sender's link (RFC 1812 5.2.7.2, RFC 4861 8.2)"),
     # firewall
     Counter("fw-deny", "fw-in", "drop",
             "denied by a firewall rule (deny, or the default rule 65535 set to deny)"),
@@ -168,9 +200,10 @@ COUNTERS: tuple[Counter, ...] = (
             "rejected by a firewall `reset` rule: answered with a TCP RST"),
     Counter("fw-state-full", "fw-in", "drop",
             "keep-state found the state table full (max_states): new flow dropped"),
-    Counter("tcp-reset-sent", "tcp-reset", "event", "TCP RST sent for a `reset` rule"),
+    Counter("tcp-reset-sent", "tcp-reset", "event",
+            "TCP RST sent for a `reset` rule or a closed port (counted when it leaves)"),
     Counter("fw-reset-suppressed", "tcp-reset", "event",
-            "no TCP RST: the rejected packet came from a multicast/invalid source"),
+            "no TCP RST: the segment was a RST or came from a multicast/invalid source"),
     # generic
     Counter("punt", "punt", "event", "packet handed to the control plane"),
 )
@@ -215,6 +248,18 @@ C_IP6_BAD_EXT = _c("ip6-bad-ext-header")
 C_IP6_BAD_SOURCE = _c("ip6-bad-source")
 C_IP6_LINK_LOCAL = _c("ip6-link-local")
 C_IP6_DST_MULTICAST = _c("ip6-dst-multicast")
+C_MARTIAN_DESTINATION = _c("martian-destination")
+C_IP6_BAD_DESTINATION = _c("ip6-bad-destination")
+C_IP6_UNKNOWN_OPTION = _c("ip6-unknown-option")
+C_L2_MULTICAST_UNICAST = _c("l2-multicast-unicast")
+C_IP4_LINK_LOCAL = _c("ip4-link-local")
+C_UDP_PORT_UNREACHABLE = _c("udp-port-unreachable")
+C_TCP_PORT_CLOSED = _c("tcp-port-closed")
+C_PROTOCOL_UNREACHABLE = _c("protocol-unreachable")
+C_IP6_ROUTING_HEADER = _c("ip6-routing-header")
+C_FRAG_OFFSET_OVERFLOW = _c("frag-offset-overflow")
+C_ANSWER_DROPPED = _c("answer-dropped")
+C_REDIRECT_SENT = _c("redirect-sent")
 C_FIB_LOOKUPS = _c("fib-lookups")
 C_NO_ROUTE = _c("no-route")
 C_FIB_TABLE_MISSING = _c("fib-table-missing")

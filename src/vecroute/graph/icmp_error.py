@@ -2,11 +2,15 @@
 
 The error is built in place: the new IP and ICMP headers are written into the headroom in
 front of the offending packet, which becomes the quote (RFC 1812 4.3.2.3: up to 576 bytes
-in all; RFC 4443 2.4(c): up to the 1280-byte minimum MTU), so nothing is copied. The error
-is routed back to the source through the FIB (one lookup for the new packet) and leaves
-from the router's address on the interface it leaves by. Never sent in answer to an ICMP
-error, a non-first fragment (ip4), a multicast/broadcast destination or an invalid
-source; a global token bucket limits the rate (Linux: icmp_msgs_per_sec / _burst).
+in all; RFC 4443 2.4(c): up to the 1280-byte minimum MTU), so nothing is copied unless the
+slot lacks the room (an SRv6-encapsulated packet): then make_room moves the quote within
+the slot first — nothing is ever written outside it. The error is routed back to the
+source through the FIB (one lookup for the new packet) and leaves from the router's
+address on the interface it leaves by; an error to a link-local source skips the FIB and
+leaves by the interface the packet came in on, to the MAC it came from (RFC 4291 2.5.6).
+Never sent in answer to an ICMP error, a non-first fragment (ip4), a multicast/broadcast
+destination or an invalid source; a global token bucket limits the rate (Linux:
+icmp_msgs_per_sec / _burst). ``icmp-error-sent`` counts errors when they leave.
 """
 
 import numpy as np
@@ -15,14 +19,16 @@ from numba import njit
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import mix64
 from vecroute.graph.frames import enqueue
-from vecroute.graph.ip4_input import is_martian4
+from vecroute.graph.ip4_input import is_link_local4, is_martian4
 from vecroute.graph.lookup import resolve4, resolve6, to_adjacency
 from vecroute.graph.node_ids import ERROR_DROP
+from vecroute.graph.rewrite import save_reply_mac
 from vecroute.graph.state import (
     A_IF,
     A_TYPE,
     ADJ_LOCAL,
     I_IP4,
+    I_REPLY_ADJ,
     IF6_GLOBAL,
     IF6_LL,
     IFS_DROPS,
@@ -33,12 +39,15 @@ from vecroute.graph.state import (
     TB_RATE,
 )
 from vecroute.packet.batch import (
+    F_ANSWER,
     F_FRAG_NONFIRST,
     F_FW_SKIP,
     F_ICMP_ERROR,
     F_IP6,
     F_L2_MCAST,
     F_LOCAL_ORIGIN,
+    F_REDIRECT,
+    L2_ROOM,
     M_ADJ,
     M_AUX,
     M_AUX2,
@@ -51,9 +60,12 @@ from vecroute.packet.batch import (
     M_OFF,
     M_PROTO,
     M_RX,
+    make_room,
 )
 from vecroute.packet.checksum import checksum, pseudo_header6
 from vecroute.packet.headers import (
+    ETH_HLEN,
+    ICMP4_REDIRECT,
     ICMP6_PACKET_TOO_BIG,
     ICMP6_PARAM_PROBLEM,
     IP4_HLEN,
@@ -92,8 +104,27 @@ def take_token(tb, now: int) -> bool:
 
 @njit(cache=True, inline="always")
 def count_drop(meta, dp, i) -> None:
-    dp.counters[meta[M_ERR, i]] += 1
-    dp.if_stats[meta[M_RX, i], IFS_DROPS] += 1
+    e = meta[M_ERR, i]
+    if e >= 0:  # a redirect's copy is not a drop
+        dp.counters[e] += 1
+        dp.if_stats[meta[M_RX, i], IFS_DROPS] += 1
+
+
+@njit(cache=True, inline="always")
+def answer_on_link(buf, meta, dp, i) -> int:
+    """The reply adjacency for an answer to a link-local source (the asker's MAC kept for
+    it), or -1 when the packet no longer has the Ethernet header it came with."""
+    o = meta[M_OFF, i]
+    if meta[M_L3, i] - o != ETH_HLEN:
+        return -1
+    save_reply_mac(buf, meta, i, o + 6)
+    return dp.ifc[meta[M_RX, i], I_REPLY_ADJ]
+
+
+@njit(cache=True, inline="always")
+def answer_flags(flags) -> int:
+    """How interface-output counts what the node built: an answer or a redirect."""
+    return F_REDIRECT if flags & F_REDIRECT else F_ANSWER
 
 
 @njit(cache=True, inline="always")
@@ -121,12 +152,20 @@ def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         ):
             give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
             continue
-        h = np.uint32(mix64(np.uint64(src)) >> np.uint64(40))
-        a = resolve4(dp, meta[M_FIB, i], src, h)
-        dp.counters[C.C_FIB_LOOKUPS] += 1  # the error's own lookup, found or not
-        if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
-            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
-            continue
+        aux = meta[M_AUX, i]
+        param = meta[M_AUX2, i]
+        if is_link_local4(src):  # RFC 3927: on-link, never through the FIB
+            a = answer_on_link(buf, meta, dp, i)
+            if a < 0:
+                give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
+                continue
+        else:
+            h = np.uint32(mix64(np.uint64(src)) >> np.uint64(40))
+            a = resolve4(dp, meta[M_FIB, i], src, h)
+            dp.counters[C.C_FIB_LOOKUPS] += 1  # the error's own lookup, found or not
+            if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
+                give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
+                continue
         out_if = dp.adj[a, A_IF]  # -1 behind an SR policy: use the receiving interface
         me = np.uint32(dp.ifc[out_if, I_IP4]) if out_if >= 0 else np.uint32(0)
         if me == 0:
@@ -139,6 +178,10 @@ def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
             continue
         iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
         quote = min(iplen, ICMP4_MAX_LEN - IP4_HLEN - 8)
+        l3 = make_room(buf, meta, i, IP4_HLEN + 8 + L2_ROOM, quote)
+        if l3 < 0:  # cannot happen (a quote is far smaller than a slot): counted if it does
+            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
+            continue
         n = l3 - IP4_HLEN - 8
         tos = buf[l3 + 1]
         total = IP4_HLEN + 8 + quote
@@ -155,21 +198,23 @@ def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         wr32(buf, n + 16, src)
         wr16(buf, n + 10, checksum(buf, n, IP4_HLEN, np.uint64(0)))
         c = n + IP4_HLEN
-        aux = meta[M_AUX, i]
         buf[c] = np.uint8(aux >> 8)
         buf[c + 1] = np.uint8(aux & 0xFF)
         wr16(buf, c + 2, 0)
-        wr32(buf, c + 4, meta[M_AUX2, i] & 0xFFFF)  # frag-needed: next-hop MTU (RFC 1191)
+        if (aux >> 8) == ICMP4_REDIRECT:
+            wr32(buf, c + 4, np.uint32(np.int64(param) & 0xFFFFFFFF))  # the better gateway
+        else:
+            wr32(buf, c + 4, param & 0xFFFF)  # frag-needed: next-hop MTU (RFC 1191)
         wr16(buf, c + 2, checksum(buf, c, 8 + quote, np.uint64(0)))
         meta[M_OFF, i] = n
         meta[M_L3, i] = n
         meta[M_L4, i] = c
         meta[M_LEN, i] = total
         meta[M_PROTO, i] = PROTO_ICMP
-        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR | (F_FW_SKIP if reject else 0)
+        meta[M_FLAGS, i] = (F_LOCAL_ORIGIN | F_ICMP_ERROR | answer_flags(flags)
+                            | (F_FW_SKIP if reject else 0))
         meta[M_ADJ, i] = a
         meta[M_ERR, i] = -1
-        dp.counters[C.C_ICMP_ERROR_SENT] += 1
         to_adjacency(frames, frame_n, meta, dp, i, a, False)  # rewrite, or an SR policy
 
 
@@ -206,17 +251,29 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         ):
             give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
             continue
-        h = np.uint32(mix64(src_hi ^ mix64(src_lo)) >> np.uint64(40))
-        a = resolve6(dp, meta[M_FIB, i], src_hi, src_lo, h)
-        dp.counters[C.C_FIB_LOOKUPS] += 1  # the error's own lookup, found or not
-        if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
-            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
-            continue
+        param = meta[M_AUX2, i]
+        ll = buf[l3 + 8] == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80
+        if ll:  # RFC 4291 2.5.6: back on the link it came from, never through the FIB
+            a = answer_on_link(buf, meta, dp, i)
+            if a < 0:
+                give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
+                continue
+        else:
+            h = np.uint32(mix64(src_hi ^ mix64(src_lo)) >> np.uint64(40))
+            a = resolve6(dp, meta[M_FIB, i], src_hi, src_lo, h)
+            dp.counters[C.C_FIB_LOOKUPS] += 1  # the error's own lookup, found or not
+            if a < 0 or dp.adj[a, A_TYPE] == ADJ_LOCAL:
+                give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_NO_ROUTE)
+                continue
         if not take_token(dp.icmp_tb, now):
             give_up(frames, frame_n, meta, dp, i, C.C_ICMP_RATE_LIMITED)
             continue
         iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
         quote = min(iplen, ICMP6_MAX_LEN - IP6_HLEN - 8)
+        l3 = make_room(buf, meta, i, IP6_HLEN + 8 + L2_ROOM, quote)
+        if l3 < 0:  # cannot happen (a quote is far smaller than a slot): counted if it does
+            give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
+            continue
         n = l3 - IP6_HLEN - 8
         # destination = the offending packet's source (copied before the source is written)
         for b in range(16):
@@ -224,7 +281,9 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         out_if = dp.adj[a, A_IF]
         if out_if < 0:  # behind an SR policy: answer from the receiving interface
             out_if = meta[M_RX, i]
-        if not _copy_addr(buf, n + 8, dp, out_if, IF6_GLOBAL):
+        if ll:  # to a link-local address, from ours (RFC 6724 scope)
+            _copy_addr(buf, n + 8, dp, out_if, IF6_LL)
+        elif not _copy_addr(buf, n + 8, dp, out_if, IF6_GLOBAL):
             if not _copy_addr(buf, n + 8, dp, meta[M_RX, i], IF6_GLOBAL):
                 _copy_addr(buf, n + 8, dp, out_if, IF6_LL)
         wr32(buf, n, np.uint32(0x60000000))
@@ -235,7 +294,7 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         buf[c] = np.uint8(typ)
         buf[c + 1] = np.uint8(code)
         wr16(buf, c + 2, 0)
-        wr32(buf, c + 4, np.uint32(meta[M_AUX2, i]))
+        wr32(buf, c + 4, np.uint32(param))
         wr16(
             buf, c + 2, checksum(buf, c, 8 + quote, pseudo_header6(buf, n, PROTO_ICMPV6, 8 + quote))
         )
@@ -244,8 +303,8 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         meta[M_L4, i] = c
         meta[M_LEN, i] = IP6_HLEN + 8 + quote
         meta[M_PROTO, i] = PROTO_ICMPV6
-        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_ICMP_ERROR | F_IP6 | (F_FW_SKIP if reject else 0)
+        meta[M_FLAGS, i] = (F_LOCAL_ORIGIN | F_ICMP_ERROR | F_IP6 | answer_flags(flags)
+                            | (F_FW_SKIP if reject else 0))
         meta[M_ADJ, i] = a
         meta[M_ERR, i] = -1
-        dp.counters[C.C_ICMP_ERROR_SENT] += 1
         to_adjacency(frames, frame_n, meta, dp, i, a, True)

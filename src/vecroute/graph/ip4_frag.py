@@ -12,7 +12,7 @@ from numba import njit
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import FREE, INTERFACE_OUTPUT
-from vecroute.graph.rewrite import apply_rewrite
+from vecroute.graph.rewrite import rewrite_l2
 from vecroute.graph.state import A_IF, I_MTU
 from vecroute.packet.batch import (
     F_FRAG,
@@ -20,6 +20,8 @@ from vecroute.packet.batch import (
     F_LOCAL_ORIGIN,
     HEADROOM,
     M_ADJ,
+    M_AUX,
+    M_AUX2,
     M_FIB,
     M_FLAGS,
     M_HASH,
@@ -82,6 +84,9 @@ def ip4_frag(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
         fo = rd16(buf, l3 + 6)
         base = np.int32(fo & 0x1FFF) * 8
         last_mf = fo & 0x2000
+        if base + tot - ihl > 65535:  # RFC 791: the offset field cannot say where it goes
+            drop(frames, frame_n, meta, i, C.C_FRAG_OFFSET_OVERFLOW)
+            continue
         first_room = ((mtu - ihl) // 8) * 8
         if first_room < 8:
             drop(frames, frame_n, meta, i, C.C_FRAG_OPTIONS_TOO_LONG)
@@ -126,6 +131,8 @@ def ip4_frag(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
             meta[M_PROTO, s] = meta[M_PROTO, i]
             meta[M_L4, s] = 0
             meta[M_HASH, s] = meta[M_HASH, i]
+            meta[M_AUX, s] = meta[M_AUX, i]  # a reply adjacency's MAC
+            meta[M_AUX2, s] = meta[M_AUX2, i]
             meta[M_FLAGS, s] = F_LOCAL_ORIGIN | F_FRAG | F_FRAG_NONFIRST
             meta[M_SEQ, s] = meta[M_SEQ, i] + seq
             seq += 1
@@ -136,7 +143,7 @@ def ip4_frag(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
             drop(frames, frame_n, meta, i, reason)
             continue
         for m in range(seq - 1):
-            apply_rewrite(buf, meta, dp, made[m], a)
+            rewrite_l2(buf, meta, dp, made[m], a)
             enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, made[m])
         dp.counters[C.C_FRAGMENTS_CREATED] += seq
         wr16(buf, l3 + 2, ihl + first_room)
@@ -145,5 +152,5 @@ def ip4_frag(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
         wr16(buf, l3 + 10, checksum(buf, l3, ihl, np.uint64(0)))
         meta[M_LEN, i] = (l3 - meta[M_OFF, i]) + ihl + first_room
         meta[M_FLAGS, i] |= F_FRAG
-        apply_rewrite(buf, meta, dp, i, a)
+        rewrite_l2(buf, meta, dp, i, a)
         enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)

@@ -16,6 +16,7 @@ from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
     F_ICMP_ERROR,
+    F_LINK_LOCAL,
     M_FLAGS,
     M_L3,
     M_L4,
@@ -32,6 +33,12 @@ def is_martian4(src: np.uint32) -> bool:
     """0/8, 127/8, 224/4 (multicast), 240/4 (reserved, incl. 255.255.255.255)."""
     top = src >> np.uint32(24)
     return top == 0 or top == 127 or top >= 224
+
+
+@njit(cache=True, inline="always")
+def is_link_local4(a: np.uint32) -> bool:
+    """169.254/16 (RFC 3927)."""
+    return (a >> np.uint32(16)) == np.uint32(0xA9FE)
 
 
 @njit(cache=True, inline="always")
@@ -66,10 +73,18 @@ def ip4_input(work, k, buf, meta, frames, frame_n, dp) -> None:
             drop(frames, frame_n, meta, i, C.C_IP4_BAD_CHECKSUM)
             continue
         meta[M_LEN, i] = (l3 - o) + tot  # trim Ethernet padding
-        if is_martian4(rd32(buf, l3 + 12)):
+        src = rd32(buf, l3 + 12)
+        if is_martian4(src):
             drop(frames, frame_n, meta, i, C.C_MARTIAN_SOURCE)
             continue
+        dst = rd32(buf, l3 + 16)
+        top = dst >> np.uint32(24)
+        if top == 0 or top == 127 or (top >= 240 and dst != np.uint32(0xFFFFFFFF)):
+            drop(frames, frame_n, meta, i, C.C_MARTIAN_DESTINATION)  # RFC 1812 5.3.7
+            continue
         flags = meta[M_FLAGS, i]
+        if is_link_local4(src) or is_link_local4(dst):
+            flags |= F_LINK_LOCAL  # RFC 3927 2.7: delivered if ours, never forwarded
         fo = rd16(buf, l3 + 6)
         if fo & 0x3FFF:
             flags |= F_FRAG
@@ -83,7 +98,6 @@ def ip4_input(work, k, buf, meta, frames, frame_n, dp) -> None:
             if is_icmp4_error_type(buf[l4]):
                 flags |= F_ICMP_ERROR
         meta[M_FLAGS, i] = flags
-        dst = rd32(buf, l3 + 16)
         if dst == np.uint32(0xFFFFFFFF):
             enqueue(frames, frame_n, meta, IP4_LOCAL, i)  # limited broadcast: never routed
         elif (dst >> np.uint32(28)) == 14:

@@ -1,22 +1,24 @@
 """ip6-input: RFC 8200 validation and the extension header walk, then to the lookup.
 
-The walk follows hop-by-hop, routing, fragment and destination-options headers to the
+The walk follows hop-by-hop, routing, fragment, destination-options and AH headers to the
 upper layer so that later nodes (local delivery, ICMP errors, firewall, SRv6) know the
-upper-layer protocol and offset. Link-local destinations are never routed.
+upper-layer protocol and offset. Hop-by-hop options are processed here for every packet,
+as Linux does (RFC 8200 4.2 action bits); destination options at local delivery.
+Link-local destinations are never routed.
 """
 
 import numpy as np
 from numba import njit
 
 from vecroute.graph import counters as C
-from vecroute.graph.frames import drop, enqueue
+from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.node_ids import FW_IN, IP6_LOCAL, IP6_LOOKUP
 from vecroute.graph.state import FW_RUN_IN, IF6_LL, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
     F_ICMP_ERROR,
-    F_SRC_LINK_LOCAL,
+    F_LINK_LOCAL,
     M_FLAGS,
     M_L3,
     M_L4,
@@ -26,16 +28,28 @@ from vecroute.packet.batch import (
     M_RX,
 )
 from vecroute.packet.headers import (
+    ICMP6_PARAM_PROBLEM,
     IP6_HLEN,
+    PROTO_AH,
     PROTO_DSTOPTS,
     PROTO_FRAGMENT,
     PROTO_HOPOPT,
     PROTO_ICMPV6,
     PROTO_ROUTING,
     rd16,
+    rd64,
 )
 
 MAX_EXT_HEADERS = 16
+OPT_PAD1 = 0
+OPT_PADN = 1
+OPT_ROUTER_ALERT = 5
+# scan_options results: what RFC 8200 4.2's two high-order bits of an unknown option say
+OPT_OK = 0
+OPT_DISCARD = 1  # 01: discard silently
+OPT_PARAM_PROBLEM = 2  # 10: discard, parameter problem code 2 even to a multicast destination
+OPT_PARAM_PROBLEM_UNICAST = 3  # 11: the same, unless the destination is multicast
+OPT_MALFORMED = 4  # an option runs past its header
 
 
 @njit(cache=True)
@@ -47,10 +61,13 @@ def walk_ext_headers(buf, l3: int, end: int):
     for n in range(MAX_EXT_HEADERS):
         if nh == PROTO_HOPOPT and n > 0:
             return nh, p, flags, False  # hop-by-hop must come first (RFC 8200 4.1)
-        if nh == PROTO_HOPOPT or nh == PROTO_ROUTING or nh == PROTO_DSTOPTS:
+        if nh == PROTO_HOPOPT or nh == PROTO_ROUTING or nh == PROTO_DSTOPTS or nh == PROTO_AH:
             if p + 2 > end:
                 return nh, p, flags, False
-            hl = (np.int32(buf[p + 1]) + 1) * 8
+            if nh == PROTO_AH:  # RFC 4302: length in 4-octet units, minus 2
+                hl = (np.int32(buf[p + 1]) + 2) * 4
+            else:
+                hl = (np.int32(buf[p + 1]) + 1) * 8
             if p + hl > end:
                 return nh, p, flags, False
             nh = np.int32(buf[p])
@@ -69,6 +86,42 @@ def walk_ext_headers(buf, l3: int, end: int):
         else:
             return nh, p, flags, True
     return nh, p, flags, False
+
+
+@njit(cache=True)
+def scan_options(buf, p: int, hbh: bool):
+    """The TLV options of the hop-by-hop (hbh) or destination options header at p.
+    Returns (OPT_* verdict, offset of the option that decided it)."""
+    q = p + 2
+    end = p + (np.int32(buf[p + 1]) + 1) * 8
+    while q < end:
+        t = np.int32(buf[q])
+        if t == OPT_PAD1:
+            q += 1
+            continue
+        if q + 2 > end:
+            return OPT_MALFORMED, q
+        ln = np.int32(buf[q + 1])
+        if q + 2 + ln > end:
+            return OPT_MALFORMED, q
+        if not (t == OPT_PADN or (hbh and t == OPT_ROUTER_ALERT)):
+            act = t >> 6
+            if act != 0:
+                return act, q
+        q += 2 + ln
+    return OPT_OK, 0
+
+
+@njit(cache=True, inline="always")
+def option_verdict(frames, frame_n, meta, buf, i, l3, act, q) -> None:
+    """Send packet i where an option verdict (not OPT_OK) says."""
+    if act == OPT_MALFORMED:
+        drop(frames, frame_n, meta, i, C.C_IP6_BAD_EXT)
+    elif act == OPT_DISCARD or (act == OPT_PARAM_PROBLEM_UNICAST and buf[l3 + 24] == 0xFF):
+        drop(frames, frame_n, meta, i, C.C_IP6_UNKNOWN_OPTION)
+    else:
+        icmp_error(frames, frame_n, meta, i, True, C.C_IP6_UNKNOWN_OPTION,
+                   ICMP6_PARAM_PROBLEM, 2, q - l3)
 
 
 @njit(cache=True, inline="always")
@@ -90,8 +143,15 @@ def _wanted_multicast(dp, rx, buf, l3) -> bool:
     if buf[l3 + 35] == 0 and buf[l3 + 36] == 0 and buf[l3 + 37] == 0 and buf[l3 + 38] == 0:
         last = buf[l3 + 39]
         return last == 1 or last == 2
-    # ff02::1:ffXX:XXXX, solicited-node: neighbour discovery decides whether it is ours
-    return buf[l3 + 35] == 1 and buf[l3 + 36] == 0xFF
+    if buf[l3 + 35] != 1 or buf[l3 + 36] != 0xFF:
+        return False
+    # ff02::1:ffXX:XXXX: only the solicited-node groups of our addresses (RFC 4291 2.7.1)
+    for r in range(dp.if_ip6.shape[1]):
+        a = dp.if_ip6[rx, r]
+        if (a[0] != 0 and a[13] == buf[l3 + 37] and a[14] == buf[l3 + 38]
+                and a[15] == buf[l3 + 39]):
+            return True
+    return False
 
 
 @njit(cache=True)
@@ -123,6 +183,9 @@ def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
                 src_zero_hi = False
                 break
         d0 = buf[l3 + 24]
+        if d0 == 0 and rd64(buf, l3 + 24) == 0 and rd64(buf, l3 + 32) <= 1:
+            drop(frames, frame_n, meta, i, C.C_IP6_BAD_DESTINATION)  # :: or ::1
+            continue
         if src_zero_hi and buf[l3 + 23] == 1:
             drop(frames, frame_n, meta, i, C.C_IP6_BAD_SOURCE)  # ::1
             continue
@@ -140,8 +203,13 @@ def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
                 and l4 < l3 + IP6_HLEN + plen and buf[l4] < 128):
             flags |= F_ICMP_ERROR
         if s0 == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80:
-            flags |= F_SRC_LINK_LOCAL
+            flags |= F_LINK_LOCAL
         meta[M_FLAGS, i] = flags
+        if buf[l3 + 6] == PROTO_HOPOPT:  # hop-by-hop options: every node looks (like Linux)
+            act, q = scan_options(buf, l3 + IP6_HLEN, True)
+            if act != OPT_OK:
+                option_verdict(frames, frame_n, meta, buf, i, l3, act, q)
+                continue
         rx = meta[M_RX, i]
         if d0 == 0xFF:
             if _wanted_multicast(dp, rx, buf, l3):

@@ -36,6 +36,8 @@ from vecroute.graph.state import (
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
     F_FW_SKIP,
+    F_L2_MCAST,
+    F_LINK_LOCAL,
     F_LOCAL_ORIGIN,
     M_ADJ,
     M_FIB,
@@ -110,6 +112,15 @@ def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
 
 
 @njit(cache=True, inline="always")
+def _not_forwarded(frames, frame_n, meta, i, flags, ip6) -> None:
+    """A packet that may be delivered to us but never forwarded, routed elsewhere."""
+    if flags & F_L2_MCAST:  # RFC 1812 5.3.4 (and Linux for ip6: pkt_type != PACKET_HOST)
+        drop(frames, frame_n, meta, i, C.C_L2_MULTICAST_UNICAST)
+    else:  # RFC 4291 2.5.6 / RFC 3927 2.7: a link-local address never leaves its link
+        drop(frames, frame_n, meta, i, C.C_IP6_LINK_LOCAL if ip6 else C.C_IP4_LINK_LOCAL)
+
+
+@njit(cache=True, inline="always")
 def _finish(work, idx, vals, m, buf, meta, frames, frame_n, dp, ip6) -> None:
     """After the vector lookup: ICMP for misses, ECMP bucket, on by adjacency type."""
     for q in range(m):
@@ -118,8 +129,9 @@ def _finish(work, idx, vals, m, buf, meta, frames, frame_n, dp, ip6) -> None:
         if v == -2:
             drop(frames, frame_n, meta, i, C.C_FIB_TABLE_MISSING)
             continue
+        flags = meta[M_FLAGS, i]
         if v < 0:
-            if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
+            if flags & F_LOCAL_ORIGIN:
                 drop(frames, frame_n, meta, i, C.C_NO_ROUTE)
             elif ip6:
                 icmp_error(frames, frame_n, meta, i, True, C.C_NO_ROUTE,
@@ -133,7 +145,12 @@ def _finish(work, idx, vals, m, buf, meta, frames, frame_n, dp, ip6) -> None:
             meta[M_HASH, i] = np.int32(h)
         else:
             h = np.uint32(0)
-        to_adjacency(frames, frame_n, meta, dp, i, pick_adjacency(dp, v, h), ip6)
+        a = pick_adjacency(dp, v, h)
+        if (flags & (F_L2_MCAST | F_LINK_LOCAL) and not flags & F_LOCAL_ORIGIN
+                and dp.adj[a, A_TYPE] != ADJ_LOCAL):
+            _not_forwarded(frames, frame_n, meta, i, flags, ip6)
+            continue
+        to_adjacency(frames, frame_n, meta, dp, i, a, ip6)
 
 
 @njit(cache=True)

@@ -3,35 +3,68 @@
 RFC 1812 order: TTL check, MTU check (DF set: frag-needed; ip6: packet-too-big), TTL
 decrement with an RFC 1624 incremental checksum update, and the adjacency's rewrite
 bytes (dst MAC, src MAC, ethertype) copied once in front of the L3 header. An adjacency
-whose neighbour is not resolved sends the packet to neighbor-request instead.
+whose neighbour is not resolved sends the packet to neighbor-request instead. An answer
+to a link-local source (reply adjacency) gets the L2 header back to the MAC it came from.
+A packet that leaves by the interface it came in on, to a next hop on the sender's subnet,
+also triggers an ICMP redirect (RFC 1812 5.2.7.2; per-interface switch, on by default).
 """
 
 import numpy as np
 from numba import njit
 
 from vecroute.graph import counters as C
-from vecroute.graph.frames import drop, enqueue, icmp_error
+from vecroute.graph.frames import enqueue, icmp_error
 from vecroute.graph.node_ids import INTERFACE_OUTPUT, IP4_FRAG, NEIGHBOR_REQUEST
-from vecroute.graph.state import A_IF, A_RWLEN, A_TYPE, ADJ_REWRITE, I_MTU
+from vecroute.graph.state import (
+    A_IF,
+    A_NH4,
+    A_RWLEN,
+    A_TYPE,
+    ADJ_REPLY,
+    ADJ_REWRITE,
+    I_IP4,
+    I_IP4_MASK,
+    I_MTU,
+    I_REDIRECTS,
+)
 from vecroute.packet.batch import (
+    F_FRAG_NONFIRST,
     F_HLIM_DONE,
+    F_ICMP_ERROR,
+    F_IP6,
     F_LOCAL_ORIGIN,
-    F_SRC_LINK_LOCAL,
+    F_REDIRECT,
+    HEADROOM,
     M_ADJ,
+    M_AUX,
+    M_AUX2,
+    M_ERR,
+    M_FIB,
     M_FLAGS,
     M_L3,
+    M_L4,
     M_LEN,
     M_OFF,
+    M_ORIG,
+    M_PROTO,
+    M_RX,
+    M_SEQ,
     M_TX,
+    SLOT,
+    alloc_slot,
 )
 from vecroute.packet.checksum import incremental_update
 from vecroute.packet.headers import (
+    ETH_P_IP,
+    ETH_P_IPV6,
     ICMP4_DEST_UNREACH,
     ICMP4_FRAG_NEEDED,
+    ICMP4_REDIRECT,
     ICMP4_TIME_EXCEEDED,
     ICMP6_PACKET_TOO_BIG,
     ICMP6_TIME_EXCEEDED,
     rd16,
+    rd32,
     wr16,
 )
 from vecroute.packet.intrinsics import memcpy
@@ -49,8 +82,83 @@ def apply_rewrite(buf, meta, dp, i, a) -> None:
     meta[M_TX, i] = dp.adj[a, A_IF]
 
 
+@njit(cache=True, inline="always")
+def save_reply_mac(buf, meta, i, o) -> None:
+    """Keep the MAC at buf[o:o+6] (the asker's) for the reply adjacency's L2 header."""
+    meta[M_AUX, i] = (np.int32(buf[o]) << 16) | (np.int32(buf[o + 1]) << 8) | buf[o + 2]
+    meta[M_AUX2, i] = (np.int32(buf[o + 3]) << 16) | (np.int32(buf[o + 4]) << 8) | buf[o + 5]
+
+
 @njit(cache=True)
-def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
+def reply_rewrite(buf, meta, dp, i, a) -> None:
+    """The L2 header of an answer to a link-local source: from the interface the question
+    came in on, to the MAC it came from (RFC 4291 2.5.6: it never leaves that link)."""
+    o = meta[M_L3, i] - 14
+    m0 = meta[M_AUX, i]
+    m1 = meta[M_AUX2, i]
+    for b in range(3):
+        buf[o + b] = np.uint8((m0 >> (16 - 8 * b)) & 0xFF)
+        buf[o + 3 + b] = np.uint8((m1 >> (16 - 8 * b)) & 0xFF)
+    ifx = dp.adj[a, A_IF]
+    for b in range(6):
+        buf[o + 6 + b] = dp.if_mac[ifx, b]
+    wr16(buf, o + 12, ETH_P_IPV6 if meta[M_FLAGS, i] & F_IP6 else ETH_P_IP)
+    meta[M_LEN, i] = meta[M_LEN, i] - (o - meta[M_OFF, i])
+    meta[M_OFF, i] = o
+    meta[M_TX, i] = ifx
+
+
+@njit(cache=True)
+def rewrite_l2(buf, meta, dp, i, a) -> None:
+    """apply_rewrite or, for a reply adjacency, reply_rewrite (off the hot path: fragments)."""
+    if dp.adj[a, A_TYPE] == ADJ_REPLY:
+        reply_rewrite(buf, meta, dp, i, a)
+    else:
+        apply_rewrite(buf, meta, dp, i, a)
+
+
+@njit(cache=True)
+def send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a) -> None:
+    """RFC 1812 5.2.7.2 / RFC 792: packet i leaves by the interface it came in on to a next
+    hop on its source's subnet: tell the source (host redirect, code 1), as Linux does when
+    send_redirects is on. The packet itself is still forwarded; the redirect is a copy of
+    its header + 64 bits of data in a spare slot, built and rate-limited by icmp4-error."""
+    rx = meta[M_RX, i]
+    ifc = dp.ifc
+    if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
+        return
+    l3 = meta[M_L3, i]
+    src = rd32(buf, l3 + 12)
+    gw = np.uint32(dp.adj[a, A_NH4])
+    if gw == 0:
+        gw = rd32(buf, l3 + 16)
+    me = np.uint32(ifc[rx, I_IP4])
+    mask = np.uint32(ifc[rx, I_IP4_MASK])
+    if me == 0 or (src ^ me) & mask or (gw ^ me) & mask or src == gw:
+        return
+    s = alloc_slot(meta, nalloc, meta[M_ORIG, i], rx)
+    if s < 0:
+        return
+    ihl = np.int32(buf[l3] & 15) * 4
+    n = min(meta[M_LEN, i] - (l3 - meta[M_OFF, i]), ihl + 8)
+    o = s * SLOT + HEADROOM + 14
+    for b in range(n):
+        buf[o + b] = buf[l3 + b]
+    meta[M_OFF, s] = o
+    meta[M_L3, s] = o
+    meta[M_LEN, s] = n
+    meta[M_FIB, s] = meta[M_FIB, i]
+    meta[M_PROTO, s] = meta[M_PROTO, i]
+    meta[M_L4, s] = o + ihl
+    # not F_LOCAL_ORIGIN: icmp4-error answers it (but, as any error, not a later fragment)
+    meta[M_FLAGS, s] = F_REDIRECT | (meta[M_FLAGS, i] & F_FRAG_NONFIRST)
+    meta[M_SEQ, s] = meta[M_SEQ, i] + 1
+    meta[M_ERR, s] = -1  # nothing died: icmp4-error counts no drop for it
+    icmp_error(frames, frame_n, meta, s, False, -1, ICMP4_REDIRECT, 1, np.int32(gw))
+
+
+@njit(cache=True)
+def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
     fwd = 0
     for j in range(k):
         i = work[j]
@@ -70,7 +178,8 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
             icmp_error(frames, frame_n, meta, i, False, C.C_MTU_EXCEEDED,
                        ICMP4_DEST_UNREACH, ICMP4_FRAG_NEEDED, mtu)
             continue
-        if dp.adj[a, A_TYPE] != ADJ_REWRITE:
+        t = dp.adj[a, A_TYPE]
+        if t != ADJ_REWRITE and t != ADJ_REPLY:
             enqueue(frames, frame_n, meta, NEIGHBOR_REQUEST, i)
             continue
         if not keep_ttl:
@@ -80,8 +189,13 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
             wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
         if not local:
             fwd += 1
+            if dp.adj[a, A_IF] == meta[M_RX, i]:  # back out the way it came: redirect?
+                send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a)
         if need_frag:
             enqueue(frames, frame_n, meta, IP4_FRAG, i)
+        elif t == ADJ_REPLY:
+            reply_rewrite(buf, meta, dp, i, a)
+            enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)
         else:
             apply_rewrite(buf, meta, dp, i, a)
             enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)
@@ -98,9 +212,6 @@ def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
         flags = meta[M_FLAGS, i]
         local = flags & F_LOCAL_ORIGIN
         keep_hlim = flags & (F_LOCAL_ORIGIN | F_HLIM_DONE)
-        if not local and flags & F_SRC_LINK_LOCAL:
-            drop(frames, frame_n, meta, i, C.C_IP6_LINK_LOCAL)
-            continue
         if not keep_hlim and buf[l3 + 7] <= 1:
             icmp_error(frames, frame_n, meta, i, True, C.C_TTL_EXPIRED,
                        ICMP6_TIME_EXCEEDED, 0, 0)
@@ -111,14 +222,18 @@ def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
             icmp_error(frames, frame_n, meta, i, True, C.C_MTU_EXCEEDED,
                        ICMP6_PACKET_TOO_BIG, 0, mtu)
             continue
-        if dp.adj[a, A_TYPE] != ADJ_REWRITE:
+        t = dp.adj[a, A_TYPE]
+        if t != ADJ_REWRITE and t != ADJ_REPLY:
             enqueue(frames, frame_n, meta, NEIGHBOR_REQUEST, i)
             continue
         if not keep_hlim:
             buf[l3 + 7] -= 1
         if not local:
             fwd += 1
-        apply_rewrite(buf, meta, dp, i, a)
+        if t == ADJ_REPLY:
+            reply_rewrite(buf, meta, dp, i, a)
+        else:
+            apply_rewrite(buf, meta, dp, i, a)
         enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)
     dp.counters[C.C_IP6_FORWARDED] += fwd
 

@@ -35,10 +35,13 @@ from vecroute.graph.state import (
     POL_BSTART,
 )
 from vecroute.packet.batch import (
+    F_ANSWER,
     F_FW_SKIP,
     F_HLIM_DONE,
     F_IP6,
     F_LOCAL_ORIGIN,
+    F_REDIRECT,
+    L2_ROOM,
     M_ADJ,
     M_FLAGS,
     M_HASH,
@@ -133,8 +136,8 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
                 drop(frames, frame_n, meta, i, C.C_SRV6_ENCAP_TOO_BIG)
             continue
         base = i * SLOT
-        if l3 - hdrlen - 14 < base:  # not enough headroom: move the packet once
-            d = base + 14 + hdrlen - l3
+        if l3 - hdrlen - L2_ROOM < base:  # not enough headroom: move the packet once
+            d = base + L2_ROOM + hdrlen - l3
             if l3 + d + iplen > base + SLOT:
                 drop(frames, frame_n, meta, i, C.C_SRV6_NO_HEADROOM)
                 continue
@@ -172,7 +175,8 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
         meta[M_L4, i] = n + 40
         meta[M_LEN, i] = hdrlen + iplen
         # the inner packet passed fw-in; the outer one is not filtered at output
-        meta[M_FLAGS, i] = F_IP6 | F_HLIM_DONE | F_FW_SKIP | (flags & F_LOCAL_ORIGIN)
+        meta[M_FLAGS, i] = F_IP6 | F_HLIM_DONE | F_FW_SKIP | (
+            flags & (F_LOCAL_ORIGIN | F_ANSWER | F_REDIRECT))
         done += 1
         if adj[a, A_TYPE] == ADJ_REWRITE:
             meta[M_ADJ, i] = a

@@ -22,9 +22,13 @@ I_FIB4 = 1  # FIB table index for ip4 packets received here
 I_FIB6 = 2
 I_IP4 = 3  # primary ip4 address (as int32 bits), 0 if none
 I_UP = 4
-IF_COLS = 5
+I_REPLY_ADJ = 5  # the interface's reply adjacency (answers to link-local sources)
+I_REDIRECTS = 6  # 1: send ICMP / ND redirects from this interface
+I_IP4_MASK = 7  # netmask of the primary ip4 address (as int32 bits)
+IF_COLS = 8
 IF6_LL = 0  # if_ip6[i, 0] link-local address
 IF6_GLOBAL = 1  # if_ip6[i, 1] primary global address (zeros if none)
+IF6_OTHER = 2  # if_ip6[i, 2:] the interface's other IPv6 addresses (zeros past the last)
 
 # adjacency columns (adj int32 [n_adj, ADJ_COLS])
 A_TYPE = 0
@@ -41,7 +45,11 @@ ADJ_INCOMPLETE = 3  # next hop known, its MAC not yet
 ADJ_GLEAN = 4  # connected subnet: the next hop is the destination itself
 ADJ_SRV6_ENCAP = 5  # steer into an SR policy: A_NH4 holds the policy index
 ADJ_SRV6_LOCALSID = 6  # a local SID: A_NH4 holds the local SID index
-ADJ_NAMES = ("rewrite", "local", "drop", "incomplete", "glean", "sr-policy", "sr-localsid")
+# an answer to a link-local source leaves by the interface the question came in on, to the
+# MAC it came from (kept in the packet's M_AUX / M_AUX2): never through the FIB
+ADJ_REPLY = 7
+ADJ_NAMES = ("rewrite", "local", "drop", "incomplete", "glean", "sr-policy", "sr-localsid",
+             "reply")
 RW_MAX = 16
 
 # load-balance columns (lb int32 [n_lb, 2]): start, count in lb_buckets

@@ -1,11 +1,13 @@
-"""tcp-reset: answer a TCP segment a firewall ``reset`` rule rejected with a RST.
+"""tcp-reset: answer with a RST a TCP segment that a firewall ``reset`` rule rejected or
+that was sent to a router address (no TCP listens there).
 
 The RST is built in place over the offending packet (its fields are read first) and
 routed back through the lookup from the address the segment was sent to, as the peer
 would have answered (RFC 9293 3.10.7.1: with an ACK in the segment the RST takes its
 sequence number from it, otherwise sequence 0 with ACK = SEG.SEQ + SEG.LEN). It is marked
 so that fw-out does not filter it again (ipfw's ``M_SKIP_FIREWALL``). No RST answers a
-segment from or to a multicast/broadcast or invalid address.
+segment from or to a multicast/broadcast or invalid address, nor a RST (RFC 9293 3.10.7.1).
+An answer to a link-local source leaves by the interface the segment came in on.
 """
 
 import numpy as np
@@ -13,15 +15,18 @@ from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.frames import enqueue
-from vecroute.graph.icmp_error import count_drop, give_up
-from vecroute.graph.ip4_input import is_martian4
+from vecroute.graph.icmp_error import answer_on_link, count_drop, give_up
+from vecroute.graph.ip4_input import is_link_local4, is_martian4
 from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP
 from vecroute.graph.state import TB_IP_ID
 from vecroute.packet.batch import (
+    F_ANSWER,
+    F_FORCED_ADJ,
     F_FW_SKIP,
     F_IP6,
     F_L2_MCAST,
     F_LOCAL_ORIGIN,
+    M_ADJ,
     M_ERR,
     M_FLAGS,
     M_L3,
@@ -59,9 +64,22 @@ def tcp_reset(work, k, buf, meta, frames, frame_n, dp) -> None:
             )  # unspecified, loopback or v4-compatible source
         else:
             bad = (rd32(buf, l3 + 16) >> np.uint32(28)) >= 14 or is_martian4(src)
-        if bad or meta[M_FLAGS, i] & F_L2_MCAST or l4 <= 0 or l4 + TCP_HLEN > end:
+        if (bad or meta[M_FLAGS, i] & F_L2_MCAST or l4 <= 0 or l4 + TCP_HLEN > end
+                or buf[l4 + 13] & TH_RST):
             give_up(frames, frame_n, meta, dp, i, C.C_FW_RESET_SUPPRESSED)
             continue
+        if ip6:
+            ll = buf[l3 + 8] == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80
+        else:
+            ll = is_link_local4(src)
+        forced = 0
+        if ll:  # on the link it came from, never through the FIB
+            a = answer_on_link(buf, meta, dp, i)
+            if a < 0:
+                give_up(frames, frame_n, meta, dp, i, C.C_FW_RESET_SUPPRESSED)
+                continue
+            meta[M_ADJ, i] = a
+            forced = F_FORCED_ADJ
         sport = rd16(buf, l4)
         dport = rd16(buf, l4 + 2)
         seq = rd32(buf, l4 + 4)
@@ -124,7 +142,6 @@ def tcp_reset(work, k, buf, meta, frames, frame_n, dp) -> None:
         meta[M_L4, i] = t
         meta[M_LEN, i] = hl + TCP_HLEN
         meta[M_PROTO, i] = PROTO_TCP
-        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_FW_SKIP | (F_IP6 if ip6 else 0)
+        meta[M_FLAGS, i] = F_LOCAL_ORIGIN | F_FW_SKIP | F_ANSWER | forced | (F_IP6 if ip6 else 0)
         meta[M_ERR, i] = -1
-        dp.counters[C.C_TCP_RESET_SENT] += 1
         enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6 else IP4_LOOKUP, i)

@@ -13,12 +13,18 @@ import numpy as np
 from numba import njit
 
 from vecroute.graph.node_ids import ETHERNET_INPUT, FREE
+from vecroute.packet.headers import copy_bytes
 from vecroute.packet.intrinsics import memcpy
 
 HEADROOM = 256
 SLOT = 2304
 MAX_FRAME = SLOT - HEADROOM  # 2048 bytes of frame after the headroom
 VECTOR_SIZE = 256
+# The headroom invariant: every node leaves a packet with at least L2_ROOM bytes of its
+# slot free in front of its L3 header (the most an adjacency's L2 rewrite prepends), and a
+# node that prepends more (ICMP errors, SRv6 encapsulation) makes room first with
+# make_room(). Nothing is ever written outside the packet's own slot.
+L2_ROOM = 16
 
 # metadata rows
 M_OFF = 0  # absolute offset of the first byte of the frame in buf
@@ -47,10 +53,12 @@ F_FRAG = 4  # ip4 fragment (MF set or offset != 0)
 F_FRAG_NONFIRST = 8  # ip4 fragment offset != 0
 F_ICMP_ERROR = 16  # the packet is itself an ICMP/ICMPv6 error message
 F_IP6 = 32
-F_SRC_LINK_LOCAL = 64  # ip6 source is link-local: local delivery only, never forwarded
+F_LINK_LOCAL = 64  # link-local source (ip4: or destination): delivered, never forwarded
 F_HLIM_DONE = 128  # TTL / hop limit already checked and decremented (SRv6 End, encap)
 F_FORCED_ADJ = 256  # adjacency already chosen (End.DX4/DX6): the lookup is skipped
 F_FW_SKIP = 512  # not (again) through fw-out: it passed it, or the firewall/SRv6 made it
+F_ANSWER = 1024  # an ICMP error / TCP RST built in the slot of the packet it answers
+F_REDIRECT = 2048  # an ICMP redirect (a copy of a forwarded packet's header, then the error)
 
 
 class PacketBatch:
@@ -137,3 +145,28 @@ def alloc_slot(meta: np.ndarray, nalloc: np.ndarray, orig: int, rx: int) -> int:
     meta[M_FLAGS, i] = F_LOCAL_ORIGIN
     meta[M_NEXT, i] = FREE  # until a node enqueues it
     return i
+
+
+@njit(cache=True)
+def make_room(buf: np.ndarray, meta: np.ndarray, i: int, need: int, keep: int) -> int:
+    """Make ``need`` bytes free in slot i in front of the L3 header before a node prepends
+    headers there, keeping at most ``keep`` bytes from the L3 header on (an ICMP error's
+    quote). When the room is short the kept bytes move towards the end of the slot; the L2
+    header in front of them is lost (the caller rebuilds what it needs). Returns the L3
+    offset, or -1 when the packet cannot fit in its slot with that room (drop it)."""
+    base = np.int64(i) * SLOT
+    l3 = np.int64(meta[M_L3, i])
+    end = np.int64(meta[M_OFF, i]) + meta[M_LEN, i]
+    ln = min(end - l3, np.int64(keep))
+    if l3 - need >= base:
+        return l3
+    d = base + need - l3
+    if l3 + d + ln > base + SLOT:
+        return -1
+    copy_bytes(buf, l3 + d, buf, l3, ln)
+    meta[M_OFF, i] = l3 + d
+    meta[M_L3, i] = l3 + d
+    meta[M_LEN, i] = ln
+    if meta[M_L4, i] > 0:
+        meta[M_L4, i] += d
+    return l3 + d
