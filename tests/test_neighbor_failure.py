@@ -26,7 +26,7 @@ from conftest import (
     base_config,
 )
 from scapy.layers.inet import ICMP, IP, UDP
-from scapy.layers.inet6 import ICMPv6DestUnreach, ICMPv6EchoRequest, IPv6
+from scapy.layers.inet6 import ICMPv6DestUnreach, ICMPv6EchoRequest, ICMPv6ND_NS, IPv6
 from scapy.layers.l2 import ARP, Ether
 
 from vecroute.control.config import parse_config
@@ -180,6 +180,7 @@ def test_failed_resolution_answers_queued_packets_with_unreachable():
     # three ARP requests and three NS for the next hops, from the control plane
     asked = [Ether(f) for i, f in rig.ctl_sent if i == 1]
     assert sum(ARP in p and p[ARP].pdst == NH4 for p in asked) == 3
+    assert sum(ICMPv6ND_NS in p and p[ICMPv6ND_NS].tgt == NH6 for p in asked) == 3
     _check_unreachables(rig, pkts4, pkts6)
     c = rig.counters()
     assert c["neighbor-queued"] == 5 and c["neighbor-failed"] == 5
