@@ -32,7 +32,7 @@ class FakeRouter:
         )
         self.fib = Fib.from_config(cfg)
         self.graph = Graph(self.fib.state(), PacketBatch(4))
-        self.neigh = NeighborTable(self.fib, lambda *a: None, lambda p: None)
+        self.neigh = NeighborTable(self.fib, lambda *a: None, lambda *a: None)
         self.commits = 0
 
     def stats(self):
@@ -40,6 +40,9 @@ class FakeRouter:
 
     def neighbor_rows(self):
         return self.neigh.rows()
+
+    def neighbor_stats(self):
+        return self.neigh.stat_rows()
 
     def add_neighbor(self, ip, mac, ifname):
         self.neigh.add_static(self.fib.interface_index(ifname), ipaddress.ip_address(ip), mac, 0)
@@ -114,6 +117,24 @@ def test_neighbor_add_resolves_route(r):
         }
     ]
     assert "lladdr 02:00:00:00:00:aa" in execute(r, "show routes 203.0.113.5".split()).text
+
+
+def test_show_neighbor_stats_names_each_invalid_nd_reason(r):
+    from scapy.layers.inet6 import ICMPv6ND_NA, ICMPv6NDOptDstLLAddr, IPv6
+    from scapy.layers.l2 import Ether
+
+    na = bytes(
+        Ether(src="02:00:00:00:aa:01", dst="02:00:00:00:00:02")
+        / IPv6(src="2001:db8:2::10", dst="2001:db8:2::1", hlim=255)
+        / ICMPv6ND_NA(tgt="ff02::1", S=1)
+        / ICMPv6NDOptDstLLAddr(lladdr="02:00:00:00:aa:01")
+    )
+    r.neigh.handle_nd(1, na, 0)
+    rep = execute(r, "show neighbors stats".split())
+    stats = {x["stat"]: x["count"] for x in rep.data}
+    assert stats["nd-invalid target-multicast"] == 1 and stats["ignored"] == 1
+    assert stats["nd-invalid bad-checksum"] == 0 and stats["resolution_failed"] == 0
+    assert "nd-invalid target-multicast" in rep.text
 
 
 def test_show_views_and_clear(r):

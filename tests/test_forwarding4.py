@@ -490,3 +490,27 @@ def test_no_route_generated_unreachable(router: Router) -> None:
     res = router.run([eth() / IP(src=H0_IP4, dst=DST4_NOROUTE) / UDP()])
     assert res.c("no-route") == 1
     assert len(res.tx) == 1
+
+
+def test_arp_request_not_for_us_is_punted_in_live_mode() -> None:
+    # RFC 826 merge: with a live control plane, a request for another host still reaches
+    # the neighbour table (which updates a known sender); counted once, as arp-punt
+    from vecroute.graph.counters import C_ARP_PUNT
+    from vecroute.graph.node_ids import DONE_PUNT
+    from vecroute.graph.state import OPT_LIVE
+    from vecroute.packet.batch import M_ERR, M_NEXT
+
+    r = Router()
+    r.state.opts[OPT_LIVE] = 1
+    req = Ether(dst=BCAST, src=H0) / ARP(op=1, hwsrc=H0, psrc=H0_IP4, pdst="198.51.100.77")
+    res = r.run([req])
+    assert res.fates == ["punt"] and res.tx == []
+    assert res.c("arp-punt") == 1 and res.c("punt") == 1 and res.c("arp-not-for-us") == 0
+    b = r.batch
+    assert int(b.meta[M_NEXT, 0]) == DONE_PUNT and int(b.meta[M_ERR, 0]) == C_ARP_PUNT
+    assert b.frame(0) == bytes(req)  # handed over untouched
+    res.check_accounting()
+    # without a control plane it stays a drop
+    r.state.opts[OPT_LIVE] = 0
+    res = r.run([req])
+    assert res.fates == ["drop"] and res.c("arp-not-for-us") == 1 and res.c("punt") == 0

@@ -84,6 +84,19 @@ def test_no_route_gives_unreachable(topo):
     assert f"From {RT0_V6}" in r6.stdout and "no route" in r6.stdout.lower(), r6.stdout
 
 
+def test_unresolvable_neighbor_gives_host_unreachable(topo):
+    # RFC 4861 7.2.2: nobody on h2's subnet answers ARP/NS for .99; after 3 requests the
+    # waiting echo request is answered with host / address unreachable from the router
+    r = ping(topo, "h1", "203.0.113.99", "-c", "1", "-W", "8")
+    assert f"From {RT0_V4}" in r.stdout and "Destination Host Unreachable" in r.stdout, r.stdout
+    r6 = ping(topo, "h1", "2001:db8:2::99", "-c", "1", "-W", "8")
+    assert f"From {RT0_V6}" in r6.stdout and "Address unreachable" in r6.stdout, r6.stdout
+    stats = {x["stat"]: x["count"] for x in topo.ctl("show", "neighbors", "stats")["data"]}
+    assert stats["resolution_failed"] >= 2, stats
+    errors = {x["counter"]: x["count"] for x in topo.ctl("show", "errors")["data"]}
+    assert errors["neighbor-failed"] >= 2, errors
+
+
 def test_df_too_big_gets_frag_needed_and_packet_too_big(topo):
     r = ping(topo, "h1", H2_V4, "-c", "1", "-W", "2", "-M", "do", "-s", "1450")
     assert f"mtu = {MTU1}" in r.stdout or f"mtu={MTU1}" in r.stdout, r.stdout + r.stderr
@@ -251,6 +264,9 @@ def test_two_workers_share_the_ports(tmp_path):
         ifs = t.ctl("show", "interfaces")["data"]
         assert ifs[0]["rx_packets"] >= 61 and ifs[1]["tx_packets"] >= 61, ifs
         assert ping(t, "h1", H2_V6, "-c", "1", "-W", "3").returncode == 0
+        # the parent holds the neighbour table and answers a failed resolution itself
+        r = ping(t, "h1", "203.0.113.99", "-c", "1", "-W", "8")
+        assert f"From {RT0_V4}" in r.stdout and "Host Unreachable" in r.stdout, r.stdout
 
 
 def test_run_errors_are_one_line(tmp_path):

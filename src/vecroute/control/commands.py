@@ -35,6 +35,8 @@ class RouterControl(Protocol):
 
     def neighbor_rows(self) -> list[dict]: ...
 
+    def neighbor_stats(self) -> list[dict]: ...  # [{"stat": name, "count": n}]
+
     def add_neighbor(self, ip, mac: bytes, ifname: str) -> None: ...
 
     def del_neighbor(self, ip, ifname: str) -> bool: ...
@@ -120,6 +122,11 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
             rows = [x for x in rows if x["table"] == table]
         return Reply(rows, _render("Routes", rows, ["table", "prefix", "kind", "paths"]))
     if what in ("neighbors", "neighbours", "neighbor", "neigh", "arp"):
+        if len(argv) > 2:
+            if argv[2] != "stats":
+                raise CommandError(f"show neighbors {argv[2]!r}: expected stats or nothing")
+            rows = r.neighbor_stats()
+            return Reply(rows, _render("Neighbor resolution", rows))
         rows = r.neighbor_rows()
         return Reply(rows, _render("Neighbors", rows))
     if what == "runtime":

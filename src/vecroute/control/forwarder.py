@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -17,12 +18,14 @@ from vecroute.fib.adjacency import ADJ_GLEAN
 from vecroute.fib.fib import Fib
 from vecroute.graph import counters as C
 from vecroute.graph.dispatch import Graph
-from vecroute.graph.node_ids import DONE_PUNT, IP4_LOOKUP, IP6_LOOKUP
+from vecroute.graph.node_ids import DONE_PUNT, ICMP4_ERROR, ICMP6_ERROR, IP4_LOOKUP, IP6_LOOKUP
 from vecroute.graph.state import OPT_LIVE, DataPlaneState
 from vecroute.packet.batch import (
     F_IP6,
     HEADROOM,
     M_ADJ,
+    M_AUX,
+    M_AUX2,
     M_ERR,
     M_FIB,
     M_FLAGS,
@@ -38,9 +41,29 @@ from vecroute.packet.batch import (
     PacketBatch,
     reset_slot,
 )
+from vecroute.packet.headers import ICMP4_DEST_UNREACH, ICMP4_HOST_UNREACH, ICMP6_DEST_UNREACH
 
 # A packet waiting for a neighbour: (rx interface, family, L3 bytes, FIB index, flags)
 Pending = tuple[int, int, bytes, int, int]
+
+
+class IcmpError(NamedTuple):
+    """Re-inject into icmp4-error / icmp6-error instead of the lookup: the error node
+    answers the packet's source (quote, source address, suppression, rate limit) and counts
+    ``reason`` as the packet's drop, exactly as for an error raised inside the graph."""
+
+    reason: int  # counter id (a drop)
+    icmp4: tuple[int, int]  # (type, code) for an IPv4 packet
+    icmp6: tuple[int, int]  # (type, code) for an IPv6 packet
+
+
+ICMP6_ADDRESS_UNREACHABLE = 3  # RFC 4443 3.1
+# address resolution failed: RFC 4861 7.2.2; IPv4 host unreachable, as Linux answers
+ADDRESS_UNREACHABLE = IcmpError(
+    C.C_NEIGHBOR_FAILED,
+    (ICMP4_DEST_UNREACH, ICMP4_HOST_UNREACH),
+    (ICMP6_DEST_UNREACH, ICMP6_ADDRESS_UNREACHABLE),
+)
 
 
 class Forwarder:
@@ -58,7 +81,7 @@ class Forwarder:
         st = state or fib.state()
         st.opts[OPT_LIVE] = 1
         self.graph = Graph(st, self.batch, firewall)
-        self.inject: list[Pending] = []
+        self.inject: list[tuple[Pending, IcmpError | None]] = []
 
     def warm(self) -> None:
         """Compile (or load from the cache) the graph before the first packet arrives, so
@@ -75,13 +98,21 @@ class Forwarder:
         """Swap in the FIB's current arrays (after a route or neighbour change)."""
         self.graph.swap_state(self.fib.state())
 
+    def reinject(self, packets: list[Pending], error: IcmpError | None = None) -> None:
+        """Queue packets that waited for a neighbour for the next batch: to be forwarded
+        (``error`` None) or answered with ``error``."""
+        self.inject.extend((p, error) for p in packets)
+
     def _load_injected(self) -> int:
         """Re-injected packets enter at a lookup: their route may have changed while they
-        waited, which costs them a second lookup."""
+        waited, which costs them a second lookup. Packets to answer enter the ICMP error
+        node directly: they never reach a lookup or neighbor-request again, so they cannot
+        be queued twice (their error may wait for its own next hop, and an error is never
+        answered)."""
         b = self.batch
         n = 0
         while self.inject and n < b.vector_size:
-            rx, family, l3b, fib, flags = self.inject.pop(0)
+            (rx, family, l3b, fib, flags), error = self.inject.pop(0)
             if len(l3b) > SLOT - HEADROOM - 16:
                 continue
             reset_slot(b.meta, n, rx, len(l3b))
@@ -100,6 +131,12 @@ class Forwarder:
                 m[M_NEXT, n] = IP6_LOOKUP
                 m[M_PROTO, n] = l3b[6]
                 m[M_L4, n] = o + 40
+            if error is not None:
+                typ, code = error.icmp4 if family == 4 else error.icmp6
+                m[M_NEXT, n] = ICMP4_ERROR if family == 4 else ICMP6_ERROR
+                m[M_ERR, n] = error.reason
+                m[M_AUX, n] = (typ << 8) | code
+                m[M_AUX2, n] = 0
             b.ts[n] = time.time_ns()
             n += 1
         return n

@@ -82,39 +82,85 @@ def multicast_mac(ip: ipaddress.IPv6Address) -> bytes:
     return b"\x33\x33" + ip.packed[12:]
 
 
-def parse_nd(frame: bytes) -> Nd | None:
-    """A neighbour discovery message (RFC 4861) with a valid checksum and hop limit 255."""
+# Why a neighbour discovery message is invalid (RFC 4861 7.1.1 for NS, 7.1.2 for NA); the
+# hop limit, checksum and option checks apply to every ND message (RFC 4861 6.1, 8.1 alike)
+ND_INVALID_REASONS = (
+    "malformed",  # not a complete ICMPv6 packet directly after the IPv6 header
+    "bad-hop-limit",  # not 255: it was routed, so it does not come from the link
+    "bad-checksum",
+    "bad-code",  # ICMP code not 0
+    "too-short",  # NS/NA ICMP length < 24 octets
+    "target-multicast",
+    "bad-options",  # an option of length 0, or one running past the message
+    "solicited-to-multicast",  # NA to a multicast destination with the Solicited flag
+    "dad-not-solicited-node",  # NS from :: not sent to a solicited-node group
+    "dad-source-lladdr",  # NS from :: with a source link-layer address option
+)
+SOLICITED_NODE_PREFIX = ipaddress.IPv6Network("ff02::1:ff00:0/104")
+
+
+class InvalidNd(ValueError):
+    """An ND message that RFC 4861 says to discard silently; ``reason`` is one of
+    ND_INVALID_REASONS."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def parse_nd(frame: bytes) -> Nd:
+    """A neighbour discovery message (RFC 4861) that passes every validity check of 7.1;
+    raises InvalidNd otherwise. The data path punts ND before verifying anything, so every
+    check is made here."""
     if len(frame) < 14 + 40 + 8 or struct.unpack_from("!H", frame, 12)[0] != ETH_P_IPV6:
-        return None
+        raise InvalidNd("malformed")
     ip6 = frame[14:54]
     plen = struct.unpack_from("!H", ip6, 4)[0]
     if ip6[6] != 58 or 54 + plen > len(frame) or plen < 8:
-        return None
+        raise InvalidNd("malformed")
+    if ip6[7] != 255:
+        raise InvalidNd("bad-hop-limit")
     src = ipaddress.IPv6Address(ip6[8:24])
     dst = ipaddress.IPv6Address(ip6[24:40])
     icmp = frame[54 : 54 + plen]
     pseudo = ip6[8:40] + struct.pack("!IxxxB", plen, 58)
     if csum(pseudo + icmp) != 0:
-        return None
+        raise InvalidNd("bad-checksum")
     t = icmp[0]
+    if icmp[1] != 0:
+        raise InvalidNd("bad-code")
     target = None
     flags = 0
     opts = b""
-    if t in (ND_NS, ND_NA) and len(icmp) >= 24:
+    if t in (ND_NS, ND_NA):
+        if len(icmp) < 24:
+            raise InvalidNd("too-short")
         flags = icmp[4]
         target = ipaddress.IPv6Address(icmp[8:24])
+        if target.is_multicast:
+            raise InvalidNd("target-multicast")
         opts = icmp[24:]
     elif t == ND_RS:
         opts = icmp[8:]
     lladdr = None
     want = OPT_TGT_LLADDR if t == ND_NA else OPT_SRC_LLADDR
-    while len(opts) >= 8:
+    has_src_lladdr = False
+    while opts:  # RFC 4861 4.6: an option of length 0 invalidates the message (Linux: any
+        # option that does not fit, too)
+        if len(opts) < 2 or opts[1] == 0 or opts[1] * 8 > len(opts):
+            raise InvalidNd("bad-options")
         ot, ol = opts[0], opts[1] * 8
-        if ol == 0 or ol > len(opts):
-            return None  # RFC 4861 4.6: a zero-length option invalidates the message
-        if ot == want and ol >= 8:
+        has_src_lladdr |= ot == OPT_SRC_LLADDR
+        if ot == want:
             lladdr = bytes(opts[2:8])
         opts = opts[ol:]
+    if t == ND_NA and dst.is_multicast and flags & NA_SOLICITED:
+        raise InvalidNd("solicited-to-multicast")
+    if t == ND_NS and src.is_unspecified:
+        if dst not in SOLICITED_NODE_PREFIX:
+            raise InvalidNd("dad-not-solicited-node")
+        if has_src_lladdr:
+            raise InvalidNd("dad-source-lladdr")
     return Nd(t, src, dst, ip6[7], target, flags, lladdr, bytes(frame[6:12]))
 
 

@@ -4,8 +4,11 @@ The data path never looks a neighbour up: it follows adjacencies. This table dec
 the adjacencies say. Entries move INCOMPLETE -> REACHABLE -> STALE -> PROBE -> FAILED with
 Linux-like timers; packets for an unresolved next hop wait in a bounded per-neighbour queue
 (Linux unres_qlen) and are re-injected when the answer arrives, so the first ping through a
-cold router is not lost. A changed MAC rewrites every adjacency of the neighbour at once
-(Fib.add_neighbor), and the router swaps the new state in.
+cold router is not lost; when resolution fails they are re-injected into the ICMP error
+node instead, which answers each with address / host unreachable (RFC 4861 7.2.2). A
+changed MAC rewrites every adjacency of the neighbour at once (Fib.add_neighbor), and the
+router swaps the new state in. Invalid NS/NA (RFC 4861 7.1.1, 7.1.2) are ignored and
+counted by reason.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 
 from vecroute.control import neighbor_packets as P
 from vecroute.control.config import format_mac
+from vecroute.control.forwarder import ADDRESS_UNREACHABLE, IcmpError, Pending
 from vecroute.fib.fib import Fib
 
 log = logging.getLogger("vecroute.neighbors")
@@ -64,9 +68,11 @@ class NeighborStats:
     learnt: int = 0
     mac_changes: int = 0
     queued: int = 0
-    queue_drops: int = 0
-    resolution_failed: int = 0
-    ignored: int = 0
+    queue_drops: int = 0  # queue overflow (unres_qlen): the oldest packet dropped unanswered
+    resolution_failed: int = 0  # its queued packets are answered (counter neighbor-failed)
+    arp_not_for_us: int = 0  # requests for other hosts: merged if the sender is known
+    ignored: int = 0  # every message not acted on, the invalid ND below included
+    invalid_nd: dict[str, int] = field(default_factory=dict)  # RFC 4861 7.1 check -> count
 
 
 class NeighborTable:
@@ -76,12 +82,13 @@ class NeighborTable:
         self,
         fib: Fib,
         send: Callable[[int, bytes], None],
-        reinject: Callable[[list[tuple]], None],
+        reinject: Callable[[list[Pending], IcmpError | None], None],
         timers: Timers | None = None,
     ) -> None:
         self.fib = fib
         self.send = send  # (ifx, frame)
-        self.reinject = reinject  # [(ifx, family, l3 bytes, fib_index, flags)]
+        # (packets, None): forward them; (packets, error): answer them (Forwarder.reinject)
+        self.reinject = reinject
         self.t = timers or Timers()
         self.entries: dict[tuple[int, object], Neighbor] = {}
         self.stats = NeighborStats()
@@ -128,7 +135,7 @@ class NeighborTable:
         if n.pending:
             pkts = list(n.pending)
             n.pending.clear()
-            self.reinject(pkts)
+            self.reinject(pkts, None)
 
     def learn(
         self,
@@ -168,20 +175,36 @@ class NeighborTable:
             self.stats.ignored += 1  # ARP probe (RFC 5227) or a bogus sender
             return
         for_us = self._ours(ifx, a.tpa)
-        # RFC 826 merge: update an existing entry; create one if the request was for us
+        if not for_us and a.op == 1 and not a.gratuitous:
+            self.stats.arp_not_for_us += 1
+        # RFC 826 merge: every ARP packet updates an existing entry of its sender; a request
+        # for us creates one. A reply creates nothing: we asked, so its entry exists (an
+        # unsolicited reply is ignored, as Linux does with arp_accept=0)
         self.learn(
             ifx,
             a.spa,
             a.sha,
             now,
-            create=for_us and not a.gratuitous,
+            create=for_us and a.op == 1 and not a.gratuitous,
             confirmed=a.op == 2 and for_us,
         )
 
+    def handle_punts(self, punts: list[tuple], now: int) -> None:
+        """What a Forwarder punted (``Forwarder.forward``): ARP, ND, packets to queue."""
+        for p in punts:
+            if p[0] == "arp":
+                self.handle_arp(p[1], p[2], now)
+            elif p[0] == "nd":
+                self.handle_nd(p[1], p[2], now)
+            elif p[0] == "pending":
+                self.resolve(p[1], ipaddress.ip_address(p[2]), p[3], now)
+
     def handle_nd(self, ifx: int, frame: bytes, now: int) -> None:
-        nd = P.parse_nd(frame)
-        if nd is None or nd.hop_limit != 255:
-            self.stats.ignored += 1  # RFC 4861 7.1: must come from the link itself
+        try:
+            nd = P.parse_nd(frame)
+        except P.InvalidNd as e:  # RFC 4861 7.1: silently discarded, counted by reason
+            self.stats.ignored += 1
+            self.stats.invalid_nd[e.reason] = self.stats.invalid_nd.get(e.reason, 0) + 1
             return
         itf = self.fib.interfaces[ifx]
         if nd.type == P.ND_NS and nd.target is not None:
@@ -274,9 +297,13 @@ class NeighborTable:
                 del self.entries[key]
 
     def _fail(self, n: Neighbor, now: int) -> None:
+        """RFC 4861 7.2.2: every packet still queued is answered with address (IPv4: host)
+        unreachable; the ICMP error node counts it once as ``neighbor-failed``."""
         self.stats.resolution_failed += 1
-        self.stats.queue_drops += len(n.pending)
-        n.pending.clear()
+        if n.pending:
+            pkts = list(n.pending)
+            n.pending.clear()
+            self.reinject(pkts, ADDRESS_UNREACHABLE)
         n.state, n.changed = FAILED, now
         if n.mac is not None:
             n.mac = None
@@ -303,6 +330,30 @@ class NeighborTable:
             self.fib.del_neighbor(ip, self.fib.interfaces[ifx].name)
             self.changed = True
         return True
+
+    def stat_rows(self) -> list[dict]:
+        """The table's counters for ``ctl show neighbors stats``; every invalid-ND reason is
+        listed, zero or not, so an operator sees what is checked."""
+        st = self.stats
+        rows = [
+            {"stat": f, "count": getattr(st, f)}
+            for f in (
+                "requests_sent",
+                "replies_sent",
+                "learnt",
+                "mac_changes",
+                "queued",
+                "queue_drops",
+                "resolution_failed",
+                "arp_not_for_us",
+                "ignored",
+            )
+        ]
+        rows += [
+            {"stat": f"nd-invalid {r}", "count": st.invalid_nd.get(r, 0)}
+            for r in P.ND_INVALID_REASONS
+        ]
+        return rows
 
     def rows(self) -> list[dict]:
         return [

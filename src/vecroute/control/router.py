@@ -300,6 +300,9 @@ class LiveRouter:
     def neighbor_rows(self) -> list[dict]:
         return self.neigh.rows()
 
+    def neighbor_stats(self) -> list[dict]:
+        return self.neigh.stat_rows()
+
     def add_neighbor(self, ip, mac: bytes, ifname: str) -> None:
         self.neigh.add_static(
             self.fib.interface_index(ifname), ipaddress.ip_address(ip), mac, time.monotonic_ns()
@@ -394,17 +397,13 @@ class LiveRouter:
         except OSError as e:
             log.debug("control-plane send on %s failed: %s", self.cfg.interfaces[ifx].name, e)
 
-    def _reinject(self, packets: list) -> None:
-        self.fwd.inject.extend(packets)
+    def _reinject(self, packets: list, error=None) -> None:
+        """Waiting packets go through the parent's forwarder (with workers too: it holds
+        the neighbour table), to be forwarded or answered with ``error``."""
+        self.fwd.reinject(packets, error)
 
     def _handle_punts(self, punts: list[tuple], now: int) -> None:
-        for p in punts:
-            if p[0] == "arp":
-                self.neigh.handle_arp(p[1], p[2], now)
-            elif p[0] == "nd":
-                self.neigh.handle_nd(p[1], p[2], now)
-            elif p[0] == "pending":
-                self.neigh.resolve(p[1], ipaddress.ip_address(p[2]), p[3], now)
+        self.neigh.handle_punts(punts, now)
         if self.neigh.changed:
             self.commit()
 

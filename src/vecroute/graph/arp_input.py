@@ -1,5 +1,11 @@
 """arp-input: answer ARP requests for the router's addresses; hand the rest to the
-control plane (which learns neighbours from replies and gratuitous ARP)."""
+control plane (which learns neighbours from replies and gratuitous ARP).
+
+A request for another host is dropped (``arp-not-for-us``) unless a live control plane
+runs: then it is punted too, because RFC 826 merges the sender of every ARP packet into an
+existing entry (a neighbour that changed its MAC is followed); the table creates nothing
+for it.
+"""
 
 import numpy as np
 from numba import njit
@@ -33,7 +39,10 @@ def arp_input(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
             continue
         a = resolve4(dp, meta[M_FIB, i], tpa, np.uint32(0))
         if a < 0 or dp.adj[a, A_TYPE] != ADJ_LOCAL:
-            drop(frames, frame_n, meta, i, C.C_ARP_NOT_FOR_US)
+            if live:  # RFC 826 merge: a known sender's entry is updated even so
+                punt(frames, frame_n, meta, dp, i, C.C_ARP_PUNT)
+            else:
+                drop(frames, frame_n, meta, i, C.C_ARP_NOT_FOR_US)
             continue
         rx = meta[M_RX, i]
         if live:  # the control plane learns the requester from a copy (RFC 826 merge)

@@ -31,7 +31,13 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("unknown-ethertype", "ethernet-input", "drop", "ethertype not IPv4, IPv6 or ARP"),
     # arp-input
     Counter("arp-malformed", "arp-input", "drop", "ARP packet too short or not Ethernet/IPv4"),
-    Counter("arp-not-for-us", "arp-input", "drop", "ARP request for an address that is not ours"),
+    Counter(
+        "arp-not-for-us",
+        "arp-input",
+        "drop",
+        "ARP request for an address that is not ours (live mode: punted as arp-punt instead,"
+        " for the RFC 826 merge)",
+    ),
     Counter("arp-reply-sent", "arp-input", "event", "ARP request for our address answered"),
     Counter("arp-punt", "arp-input", "event", "ARP packet handed to the control plane"),
     # ip4-input
@@ -154,6 +160,13 @@ COUNTERS: tuple[Counter, ...] = (
         "neighbor-request",
         "event",
         "packet handed to the control plane to wait for its next hop's MAC (live mode)",
+    ),
+    Counter(
+        "neighbor-failed",
+        "neighbor-request",
+        "drop",
+        "address resolution failed: queued packet answered with destination unreachable"
+        " (RFC 4861 7.2.2)",
     ),
     # srv6
     Counter("srv6-encapsulated", "srv6-encap", "event", "packets encapsulated by an SR policy"),
@@ -281,6 +294,7 @@ C_NS_SENT = _c("ns-sent")
 C_NEIGHBOR_REQUEST_LIMITED = _c("neighbor-request-limited")
 C_REQUEST_NO_BUFFER = _c("request-no-buffer")
 C_NEIGHBOR_QUEUED = _c("neighbor-queued")
+C_NEIGHBOR_FAILED = _c("neighbor-failed")
 C_ICMP_ERROR_SENT = _c("icmp-error-sent")
 C_ICMP_ERROR_SUPPRESSED = _c("icmp-error-suppressed")
 C_ICMP_RATE_LIMITED = _c("icmp-rate-limited")
