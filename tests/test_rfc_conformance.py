@@ -139,10 +139,10 @@ def test_no_error_about_an_icmpv6_error_behind_ah(r: Router) -> None:
 
 def test_ah_is_stepped_over_to_the_upper_layer(r: Router) -> None:
     ip = IPv6(src=H0_IP6, dst=R0_IP6)
-    udp = bytes(ip / UDP(dport=9))[40:]  # its checksum over the real pseudo header
-    p = eth() / ip / AH(nh=17, payloadlen=4, spi=1, icv=b"\0" * 12) / udp
+    echo = bytes(ip / ICMPv6EchoRequest(id=4, data=b"ah"))[40:]  # sum over the real header
+    p = eth() / ip / AH(nh=58, payloadlen=4, spi=1, icv=b"\0" * 12) / echo
     e = only(run(r, p)).pkt
-    assert ICMPv6DestUnreach in e and e[ICMPv6DestUnreach].code == 4  # port unreachable
+    assert e[IPv6].nh == 58 and e[ICMPv6EchoReply].data == b"ah"  # the reply: no AH
 
 
 # --- RFC 8200 4.2: the action bits of unknown options -----------------------------------
@@ -218,6 +218,9 @@ def test_echo_to_our_link_local_goes_back_on_the_link_not_the_default_route(r: R
 
 
 def test_errors_and_resets_to_link_local_sources_stay_on_the_link(r: Router) -> None:
+    ping = Ether(dst=R0, src=LL_MAC) / IP(src="169.254.9.9", dst=R0_IP4) / ICMP()
+    t = only(run(r, ping))
+    assert t.ifname == "eth0" and t.pkt[Ether].dst == LL_MAC and t.pkt[ICMP].type == 0
     ll = str(Interface("eth0", mac_bytes(R0), 1500, 0).link_local)
     e = only(run(r, Ether(dst=R0, src=LL_MAC) / IPv6(src=LL_HOST, dst=R0_IP6) / UDP(dport=7)))
     assert e.ifname == "eth0" and e.pkt[Ether].dst == LL_MAC
@@ -225,9 +228,6 @@ def test_errors_and_resets_to_link_local_sources_stay_on_the_link(r: Router) -> 
     syn = Ether(dst=R0, src=LL_MAC) / IP(src="169.254.9.9", dst=R0_IP4) / TCP(dport=22, flags="S")
     t = only(run(r, syn))
     assert t.ifname == "eth0" and t.pkt[Ether].dst == LL_MAC and t.pkt[TCP].flags == "RA"
-    ping = Ether(dst=R0, src=LL_MAC) / IP(src="169.254.9.9", dst=R0_IP4) / ICMP()
-    t = only(run(r, ping))
-    assert t.ifname == "eth0" and t.pkt[Ether].dst == LL_MAC and t.pkt[ICMP].type == 0
 
 
 # --- RFC 791: refragmenting past offset 65535 --------------------------------------------
@@ -322,6 +322,8 @@ def test_config_redirects_must_be_a_bool() -> None:
     from vecroute.control.config import ConfigError, parse_config
 
     cfg = base_config()
+    cfg["interfaces"][0]["redirects"] = False
+    assert parse_config(cfg).interfaces[0].redirects is False
     cfg["interfaces"][0]["redirects"] = "yes"
-    with pytest.raises(ConfigError, match=r"interfaces\[0\]\.redirects"):
+    with pytest.raises(ConfigError, match=r"interfaces\[0\]\.redirects: expected bool"):
         parse_config(cfg)
