@@ -117,13 +117,20 @@ def test_unicast_ip_in_l2_broadcast_to_the_router_is_still_delivered(r: Router) 
         (IP(src="169.254.7.7", dst=DST4), "ip4-link-local"),
         (IPv6(src=H0_IP6, dst="::1"), "ip6-bad-destination"),
         (IPv6(src=H0_IP6, dst="::"), "ip6-bad-destination"),
-        (IPv6(src="fe80::1", dst=DST6), "ip6-link-local"),
     ],
-    ids=["127", "0", "240", "class-e", "ll-dst", "ll-src", "::1", "::", "ll6-src"],
+    ids=["127", "0", "240", "class-e", "ll-dst", "ll-src", "::1", "::"],
 )
 def test_martians_are_not_forwarded_with_a_default_route(r: Router, p, counter) -> None:
     res = run(r, eth() / p / UDP(dport=9) / b"m")
     assert res.tx == [] and res.c(counter) == 1
+
+
+def test_link_local_source_gets_beyond_scope_on_its_link(r: Router) -> None:
+    p = Ether(dst=R0, src=LL_MAC) / IPv6(src=LL_HOST, dst=DST6) / UDP(dport=9) / b"s"
+    t = only(run(r, p))
+    assert t.ifname == "eth0" and t.pkt[Ether].dst == LL_MAC
+    assert t.pkt[ICMPv6DestUnreach].code == 2 and t.pkt[IPv6].dst == LL_HOST
+    assert t.pkt[IPv6].src.startswith("fe80::")
 
 
 # --- RFC 4443 2.4(e.1): an ICMPv6 error behind AH is an error too -------------------------

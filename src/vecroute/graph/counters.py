@@ -74,7 +74,9 @@ COUNTERS: tuple[Counter, ...] = (
     ),
     Counter("ip6-bad-source", "ip6-input", "drop", "ip6 source multicast, unspecified or loopback"),
     Counter(
-        "ip6-link-local", "ip6-input", "drop", "ip6 link-local source or destination not forwarded"
+        "ip6-link-local", "ip6-input", "drop",
+        "ip6 link-local source or destination not forwarded (a link-local source: answered"
+        " with destination unreachable code 2, beyond scope, on its link)"
     ),
     Counter(
         "ip6-dst-multicast", "ip6-input", "drop", "ip6 multicast destination we do not listen to"

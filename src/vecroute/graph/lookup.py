@@ -48,6 +48,7 @@ from vecroute.packet.batch import (
 from vecroute.packet.headers import (
     ICMP4_DEST_UNREACH,
     ICMP4_NET_UNREACH,
+    ICMP6_BEYOND_SCOPE,
     ICMP6_DEST_UNREACH,
     ICMP6_NO_ROUTE,
     rd32,
@@ -116,8 +117,11 @@ def _not_forwarded(frames, frame_n, meta, i, flags, ip6) -> None:
     """A packet that may be delivered to us but never forwarded, routed elsewhere."""
     if flags & F_L2_MCAST:  # RFC 1812 5.3.4 (and Linux for ip6: pkt_type != PACKET_HOST)
         drop(frames, frame_n, meta, i, C.C_L2_MULTICAST_UNICAST)
-    else:  # RFC 4291 2.5.6 / RFC 3927 2.7: a link-local address never leaves its link
-        drop(frames, frame_n, meta, i, C.C_IP6_LINK_LOCAL if ip6 else C.C_IP4_LINK_LOCAL)
+    elif ip6:  # RFC 4291 2.5.6: never to another link; RFC 4443 3.1 "beyond scope of source"
+        icmp_error(frames, frame_n, meta, i, True, C.C_IP6_LINK_LOCAL,
+                   ICMP6_DEST_UNREACH, ICMP6_BEYOND_SCOPE, 0)
+    else:  # RFC 3927 2.7: a link-local address never leaves its link
+        drop(frames, frame_n, meta, i, C.C_IP4_LINK_LOCAL)
 
 
 @njit(cache=True, inline="always")
