@@ -334,3 +334,32 @@ def test_config_redirects_must_be_a_bool() -> None:
     cfg["interfaces"][0]["redirects"] = "yes"
     with pytest.raises(ConfigError, match=r"interfaces\[0\]\.redirects: expected bool"):
         parse_config(cfg)
+
+
+def test_nd_redirect_for_a_destination_on_the_senders_link() -> None:
+    """RFC 4861 8.2: H0 sends to a host on its own link through us: the packet is
+    forwarded and H0 hears, from our link-local address, that the target is on-link."""
+    from scapy.layers.inet6 import ICMPv6ND_Redirect, ICMPv6NDOptDstLLAddr, ICMPv6NDOptRedirectedHdr
+
+    cfg = _redirect_config()
+    cfg["neighbors"].append({"ip": "2001:db8:1::20", "mac": "02:00:00:00:aa:20",
+                             "interface": "eth0"})
+    r = Router(cfg)
+    p = eth() / IPv6(src=H0_IP6, dst="2001:db8:1::20") / UDP() / (b"r" * 1300)
+    res = run(r, p)
+    assert res.c("redirect-sent") == 1
+    fwd, red = sorted(res.tx, key=lambda t: ICMPv6ND_Redirect in t.pkt)
+    assert fwd.pkt[Ether].dst == "02:00:00:00:aa:20" and fwd.pkt[IPv6].hlim == 63
+    e = red.pkt
+    ll = str(Interface("eth0", mac_bytes(R0), 1500, 0).link_local)
+    assert red.ifname == "eth0" and e[Ether].dst == H0
+    assert e[IPv6].src == ll and e[IPv6].dst == H0_IP6 and e[IPv6].hlim == 255
+    rd = e[ICMPv6ND_Redirect]
+    assert rd.tgt == rd.dst == "2001:db8:1::20"
+    assert e[ICMPv6NDOptDstLLAddr].lladdr == "02:00:00:00:aa:20"
+    assert len(e[IPv6]) <= 1280
+    quoted = bytes(e[ICMPv6NDOptRedirectedHdr])[8:]
+    assert quoted == bytes(p[IPv6])[: len(quoted)] and len(quoted) % 8 == 0
+    # a next hop that is not the destination: its link-local address is unknown, no redirect
+    res = run(r, eth() / IPv6(src=H0_IP6, dst=DST6) / UDP())
+    assert res.c("redirect-sent") == 0

@@ -129,7 +129,7 @@ def _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk
             elif node == N.IP4_REWRITE:
                 ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc)
             elif node == N.IP6_REWRITE:
-                ip6_rewrite(work, k, buf, meta, frames, frame_n, dp)
+                ip6_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now)
             elif node == N.IP4_FRAG:
                 ip4_frag(work, k, buf, meta, frames, frame_n, dp, nalloc)
             elif node == N.NEIGHBOR_REQUEST:

@@ -32,12 +32,9 @@ from vecroute.graph.state import (
     IF6_GLOBAL,
     IF6_LL,
     IFS_DROPS,
-    TB_BURST,
-    TB_CREDIT,
     TB_IP_ID,
-    TB_LAST,
-    TB_RATE,
 )
+from vecroute.graph.token_bucket import take_token
 from vecroute.packet.batch import (
     F_ANSWER,
     F_FRAG_NONFIRST,
@@ -80,26 +77,6 @@ from vecroute.packet.headers import (
 
 ICMP4_MAX_LEN = 576  # RFC 1812 4.3.2.3
 ICMP6_MAX_LEN = 1280  # RFC 4443 2.4(c)
-NANO = 1_000_000_000
-
-
-@njit(cache=True)
-def take_token(tb, now: int) -> bool:
-    """Global token bucket: refill at TB_RATE tokens/s up to TB_BURST, take one."""
-    cap = tb[TB_BURST] * NANO
-    if tb[TB_LAST] < 0:
-        tb[TB_LAST] = now
-    el = now - tb[TB_LAST]
-    if el > 0:
-        if el > 100 * NANO:
-            el = 100 * NANO
-        c = tb[TB_CREDIT] + el * tb[TB_RATE]
-        tb[TB_CREDIT] = c if c < cap else cap
-        tb[TB_LAST] = now
-    if tb[TB_CREDIT] < NANO:
-        return False
-    tb[TB_CREDIT] -= NANO
-    return True
 
 
 @njit(cache=True, inline="always")

@@ -6,7 +6,8 @@ bytes (dst MAC, src MAC, ethertype) copied once in front of the L3 header. An ad
 whose neighbour is not resolved sends the packet to neighbor-request instead. An answer
 to a link-local source (reply adjacency) gets the L2 header back to the MAC it came from.
 A packet that leaves by the interface it came in on, to a next hop on the sender's subnet,
-also triggers an ICMP redirect (RFC 1812 5.2.7.2; per-interface switch, on by default).
+also triggers an ICMP redirect (RFC 1812 5.2.7.2; per-interface switch, on by default),
+and an IPv6 packet to a destination on the sender's own link an ND redirect (RFC 4861 8.2).
 """
 
 import numpy as np
@@ -18,6 +19,7 @@ from vecroute.graph.node_ids import INTERFACE_OUTPUT, IP4_FRAG, NEIGHBOR_REQUEST
 from vecroute.graph.state import (
     A_IF,
     A_NH4,
+    A_NH6,
     A_RWLEN,
     A_TYPE,
     ADJ_REPLY,
@@ -26,7 +28,9 @@ from vecroute.graph.state import (
     I_IP4_MASK,
     I_MTU,
     I_REDIRECTS,
+    IF6_LL,
 )
+from vecroute.graph.token_bucket import take_token
 from vecroute.packet.batch import (
     F_FRAG_NONFIRST,
     F_HLIM_DONE,
@@ -53,7 +57,7 @@ from vecroute.packet.batch import (
     SLOT,
     alloc_slot,
 )
-from vecroute.packet.checksum import incremental_update
+from vecroute.packet.checksum import checksum, incremental_update, pseudo_header6
 from vecroute.packet.headers import (
     ETH_P_IP,
     ETH_P_IPV6,
@@ -62,10 +66,15 @@ from vecroute.packet.headers import (
     ICMP4_REDIRECT,
     ICMP4_TIME_EXCEEDED,
     ICMP6_PACKET_TOO_BIG,
+    ICMP6_REDIRECT,
     ICMP6_TIME_EXCEEDED,
+    IP6_HLEN,
+    IP6_MIN_MTU,
+    PROTO_ICMPV6,
     rd16,
     rd32,
     wr16,
+    wr32,
 )
 from vecroute.packet.intrinsics import memcpy
 
@@ -157,6 +166,104 @@ def send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a) -> None:
     icmp_error(frames, frame_n, meta, s, False, -1, ICMP4_REDIRECT, 1, np.int32(gw))
 
 
+@njit(cache=True, inline="always")
+def _nh6_is(dp, a, buf, o) -> bool:
+    """The adjacency's IPv6 next hop is the 16 bytes at buf[o:]."""
+    for w in range(4):
+        if np.uint32(dp.adj[a, A_NH6 + w]) != rd32(buf, o + 4 * w):
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _on_link6(dp, rx, buf, o) -> bool:
+    """The address at buf[o:] is link-local or in a /64 of the interface's addresses."""
+    if buf[o] == 0xFE and (buf[o + 1] & 0xC0) == 0x80:
+        return True
+    for r in range(1, dp.if_ip6.shape[1]):
+        a = dp.if_ip6[rx, r]
+        if a[0] == 0:
+            continue
+        same = True
+        for b in range(8):
+            if a[b] != buf[o + b]:
+                same = False
+                break
+        if same:
+            return True
+    return False
+
+
+@njit(cache=True)
+def send_redirect6(buf, meta, frames, frame_n, dp, nalloc, i, a, now) -> None:
+    """RFC 4861 8.2: packet i leaves by the interface it came in on for a destination on
+    the sender's own link (its adjacency's next hop is the destination itself): tell the
+    sender, from our link-local address, with the target's link-layer address and as much
+    of the packet as fits in 1280 bytes. A better router on the link would need its
+    link-local address, which configured next hops do not give: no redirect then (Linux
+    sends none for a non-link-local target either). Rate-limited by the ICMP bucket."""
+    rx = meta[M_RX, i]
+    if dp.ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
+        return
+    l3 = meta[M_L3, i]
+    o_eth = meta[M_OFF, i]
+    if l3 - o_eth != 14 or not _nh6_is(dp, a, buf, l3 + 24) or not _on_link6(dp, rx, buf, l3 + 8):
+        return
+    ll = dp.if_ip6[rx, IF6_LL]
+    if ll[0] == 0 or not take_token(dp.icmp_tb, now):
+        return
+    s = alloc_slot(meta, nalloc, meta[M_ORIG, i], rx)
+    if s < 0:
+        return
+    iplen = meta[M_LEN, i] - (l3 - o_eth)
+    fixed = IP6_HLEN + 40 + 8  # IPv6, the redirect message, target link-layer address
+    rd = min(IP6_MIN_MTU - fixed, iplen + 8) & ~7  # redirected header option (Linux too)
+    o = s * SLOT + HEADROOM
+    for b in range(6):
+        buf[o + b] = buf[o_eth + 6 + b]  # to the sender's MAC: it is on this link
+        buf[o + 6 + b] = dp.if_mac[rx, b]
+    wr16(buf, o + 12, ETH_P_IPV6)
+    n = o + 14
+    plen = 40 + 8 + rd
+    wr32(buf, n, np.uint32(0x60000000))
+    wr16(buf, n + 4, plen)
+    buf[n + 6] = PROTO_ICMPV6
+    buf[n + 7] = 255
+    for b in range(16):
+        buf[n + 8 + b] = ll[b]
+        buf[n + 24 + b] = buf[l3 + 8 + b]  # the packet's source
+    c = n + IP6_HLEN
+    buf[c] = ICMP6_REDIRECT
+    buf[c + 1] = 0
+    wr16(buf, c + 2, 0)
+    wr32(buf, c + 4, 0)
+    for b in range(16):
+        buf[c + 8 + b] = buf[l3 + 24 + b]  # target = destination: it is on-link
+        buf[c + 24 + b] = buf[l3 + 24 + b]
+    t = c + 40
+    buf[t] = 2  # target link-layer address
+    buf[t + 1] = 1
+    for b in range(6):
+        buf[t + 2 + b] = dp.adj_rw[a, b]
+    h = t + 8
+    buf[h] = 4  # redirected header
+    buf[h + 1] = rd // 8
+    for b in range(6):
+        buf[h + 2 + b] = 0
+    q = rd - 8
+    memcpy(buf, h + 8, buf, l3, q)
+    wr16(buf, c + 2, checksum(buf, c, plen, pseudo_header6(buf, n, PROTO_ICMPV6, plen)))
+    meta[M_OFF, s] = o
+    meta[M_L3, s] = n
+    meta[M_LEN, s] = 14 + IP6_HLEN + plen
+    meta[M_TX, s] = rx
+    meta[M_PROTO, s] = PROTO_ICMPV6
+    meta[M_L4, s] = c
+    meta[M_FLAGS, s] = F_REDIRECT | F_LOCAL_ORIGIN | F_IP6 | F_ICMP_ERROR
+    meta[M_SEQ, s] = meta[M_SEQ, i] + 1
+    enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, s)
+
+
 @njit(cache=True)
 def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
     fwd = 0
@@ -203,7 +310,7 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
 
 
 @njit(cache=True)
-def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
+def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
     fwd = 0
     for j in range(k):
         i = work[j]
@@ -226,10 +333,12 @@ def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp) -> None:
         if t != ADJ_REWRITE and t != ADJ_REPLY:
             enqueue(frames, frame_n, meta, NEIGHBOR_REQUEST, i)
             continue
-        if not keep_hlim:
-            buf[l3 + 7] -= 1
         if not local:
             fwd += 1
+            if dp.adj[a, A_IF] == meta[M_RX, i] and t == ADJ_REWRITE:  # redirect? (it
+                send_redirect6(buf, meta, frames, frame_n, dp, nalloc, i, a, now)  # quotes
+        if not keep_hlim:  # the packet as it came, like Linux)
+            buf[l3 + 7] -= 1
         if t == ADJ_REPLY:
             reply_rewrite(buf, meta, dp, i, a)
         else:
