@@ -10,7 +10,7 @@ from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
-from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP, PUNT
+from vecroute.graph.node_ids import IP4_LOOKUP, IP4_REASS, IP6_LOOKUP, IP6_REASS, PUNT
 from vecroute.graph.state import IF6_LL, IFS_PUNTS
 from vecroute.packet.batch import (
     F_FRAG,
@@ -52,6 +52,9 @@ def punt(frames, frame_n, meta, dp, i, reason) -> None:
 def ip4_local(work, k, buf, meta, frames, frame_n, dp) -> None:
     for j in range(k):
         i = work[j]
+        if meta[M_FLAGS, i] & F_FRAG:  # reassembled first (graph/ip_reass.py)
+            enqueue(frames, frame_n, meta, IP4_REASS, i)
+            continue
         l3 = meta[M_L3, i]
         l4 = meta[M_L4, i]
         end = meta[M_OFF, i] + meta[M_LEN, i]
@@ -88,6 +91,9 @@ def ip4_local(work, k, buf, meta, frames, frame_n, dp) -> None:
 def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
     for j in range(k):
         i = work[j]
+        if meta[M_FLAGS, i] & F_FRAG:  # reassembled first (graph/ip_reass.py)
+            enqueue(frames, frame_n, meta, IP6_REASS, i)
+            continue
         l3 = meta[M_L3, i]
         l4 = meta[M_L4, i]
         end = meta[M_OFF, i] + meta[M_LEN, i]
