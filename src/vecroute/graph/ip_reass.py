@@ -500,12 +500,12 @@ def ip6_reass(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
             icmp_error(frames, frame_n, meta, i, True, C.C_REASS_BAD_LENGTH,
                        ICMP6_PARAM_PROBLEM, 0, 4)  # points at the payload length
             continue
-        if dlen <= 0:
-            drop(frames, frame_n, meta, i, C.C_REASS_BAD_LENGTH)
-            continue
         if off == 0 and not _upper_layer_in(meta[M_PROTO, i], meta[M_L4, i], end):
             icmp_error(frames, frame_n, meta, i, True, C.C_REASS_HEADER_INCOMPLETE,
                        ICMP6_PARAM_PROBLEM, 3, 0)
+            continue
+        if dlen <= 0:
+            drop(frames, frame_n, meta, i, C.C_REASS_BAD_LENGTH)
             continue
         k4 = np.int64(rd32(buf, fh + 4)) | (np.int64(6) << 40)
         c = _context(buf, meta, nalloc, frames, frame_n, dp,
