@@ -16,7 +16,7 @@ the oldest ones: 30 s for ip4, 60 s for ip6 (Linux ipfrag_time / ip6frag_time). 
 datagram whose first fragment arrived is answered with Time Exceeded code 1, quoting the
 first fragment kept in the context.
 
-Safety: an overlap (RFC 5722; also for ip4, as Linux does since 4.19) or a lying length
+Safety: an overlap (RFC 5722; for ip4 too, as Linux has done since 2018) or a lying length
 discards the whole datagram, and its context stays *dead* until the timeout so that its
 later fragments die too, silently. Exact duplicates are ignored (RFC 5722 errata 3089).
 """
