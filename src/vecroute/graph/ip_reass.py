@@ -357,6 +357,8 @@ def _rebuild_at(buf, meta, i) -> int:
 
 @njit(cache=True)
 def ip4_reass(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
+    """ip4 fragments to the router: keyed (source, destination, id, protocol, FIB table),
+    checked (RFC 791 lengths, RFC 1858 / 3128 tiny TCP fragments), held or rebuilt."""
     ctl = dp.reass_ctl
     for j in range(k):
         i = work[j]
@@ -464,6 +466,9 @@ def _to_local6(frames, frame_n, meta, buf, dp, i, l3, end, flags) -> None:
 
 @njit(cache=True)
 def ip6_reass(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
+    """ip6 fragments to the router: keyed (source, destination, id, FIB table), checked as
+    RFC 8200 4.5 / RFC 7112 say (parameter problems), held or rebuilt; atomic fragments
+    (RFC 6946) are delivered alone."""
     ctl = dp.reass_ctl
     for j in range(k):
         i = work[j]
