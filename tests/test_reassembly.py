@@ -541,6 +541,22 @@ def test_timer_is_bounded_and_runs_on_an_idle_batch() -> None:
     assert used(r) == 0 and not r.graph.reass_due(T4)
 
 
+def test_late_fragment_of_an_expired_datagram() -> None:
+    """More datagrams expire at once than the timer frees per batch: a fragment of one the
+    timer has not reached yet does not complete it (it timed out); it is expired then, with
+    its Time Exceeded, and the fragment begins a new datagram."""
+    r = Router()
+    n = REASS_EXPIRE_PER_BATCH + 1
+    reqs = [echo4(0xF00 + k, 200) for k in range(n)]
+    pieces = [frag4(q, even(upper4(q), 104)) for q in reqs]
+    run(r, [p[0] for p in pieces], now_ns=0)
+    assert used(r) == n
+    res = run(r, [pieces[-1][1]], now_ns=T4)  # the newest datagram's last fragment
+    assert not replies4(res), "a datagram older than the timeout never completes"
+    assert res.c("reass-timeout") == n and res.c("icmp-error-sent") == n
+    assert res.c("reass-queued") == 1 and used(r) == 1
+
+
 def test_context_table_flood() -> None:
     """A flood of distinct datagrams fills at most REASS_CONTEXTS contexts; new ones are
     refused (reass-no-context), a datagram begun before the flood still completes, and once

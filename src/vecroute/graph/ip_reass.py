@@ -242,8 +242,13 @@ def _context(buf, meta, nalloc, frames, frame_n, dp, k0, k1, k2, k3, k4, k5, now
     glob = dp.reass_glob
     c, free, old = _lookup(ctl, glob, k0, k1, k2, k3, k4, k5, now)
     if c >= 0:
-        return c
-    if free < 0:
+        if now - ctl[c, RC_T0] < _timeout(k4 >> 40):
+            return c
+        # timed out before the timer reached it (more expired than its budget): expired
+        # now, and this fragment begins a new datagram
+        _expire(c, buf, meta, nalloc, frames, frame_n, dp)
+        free = c
+    elif free < 0:
         if old < 0:
             return -1
         _expire(old, buf, meta, nalloc, frames, frame_n, dp)
