@@ -153,17 +153,31 @@ class Result:
         counted as a drop and its slot is reused for the answer, so answers are taken off
         the tx count; an answer that died is a second drop, counted as answer-dropped too.
         Generated packets (fragments 2..n, ARP/NS requests, redirects) live in spare
-        slots."""
+        slots; so does the Time Exceeded of an expired reassembly, which answers no input
+        packet."""
         assert len(self.fates) == self.n_in
         assert all(f in ("tx", "drop", "punt") for f in self.fates), Counter(self.fates)
         tx_in_slots = sum(1 for t in self.tx if not t.generated)
-        answers = self.c("icmp-error-sent") + self.c("tcp-reset-sent")
+        spare_errors = sum(1 for t in self.tx if t.generated and _is_icmp_error(t.data))
+        answers = self.c("icmp-error-sent") + self.c("tcp-reset-sent") - spare_errors
         drops = self.drops - self.c("answer-dropped")
         assert drops + self.c("punt") + tx_in_slots - answers == self.n_in, (
             self.counters,
             tx_in_slots,
             self.n_in,
         )
+
+
+def _is_icmp_error(frame: bytes) -> bool:
+    """An unfragmented ICMP/ICMPv6 error (or a first fragment of one), by its bytes."""
+    if frame[12:14] == b"\x08\x00" and frame[23] == 1:
+        ihl = (frame[14] & 15) * 4
+        if int.from_bytes(frame[20:22], "big") & 0x1FFF or len(frame) <= 14 + ihl:
+            return False
+        return frame[14 + ihl] in (3, 4, 11, 12)  # not redirects: those are not "errors sent"
+    if frame[12:14] == b"\x86\xdd" and frame[20] == 58 and len(frame) > 54:
+        return frame[54] < 128
+    return False
 
 
 def _frame(p) -> bytes:
@@ -289,9 +303,10 @@ class Router:
                     )
                 )
             fates += [fate_names.get(int(meta[M_NEXT, i]), f"?{meta[M_NEXT, i]}") for i in range(n)]
-            # generated slots must be transmitted or free, never left in a node
+            # generated slots must be transmitted or free, never left in a node (or dropped:
+            # an expired reassembly's Time Exceeded that was rate-limited, say)
             for i in range(n, int(b.nalloc[0])):
-                assert int(meta[M_NEXT, i]) in (DONE_TX, FREE), int(meta[M_NEXT, i])
+                assert int(meta[M_NEXT, i]) in (DONE_TX, FREE, DONE_DROP), int(meta[M_NEXT, i])
             pos += n
         out.sort(key=lambda t: (t.orig, t.seq))
         delta = self.state.counters - before

@@ -376,7 +376,7 @@ def test_echo_reply_costs_one_extra_lookup(router: Router) -> None:
         (IP(src=H0_IP4, dst=R0_IP4) / ICMP(type=0), "local-unhandled"),
         (IP(src=H0_IP4, dst="255.255.255.255") / ICMP(), "local-unhandled"),
         (IP(src=H0_IP4, dst="255.255.255.255") / UDP(dport=67), "local-unhandled"),
-        (IP(src=H0_IP4, dst=R0_IP4, flags="MF") / ICMP() / b"frag", "local-unhandled"),
+        (IP(src=H0_IP4, dst=R0_IP4, flags="MF") / ICMP() / b"fragment", "reass-queued"),
         (IP(src=H0_IP4, dst=R0_IP4) / ICMP(chksum=0x1111) / b"x", "local-bad-checksum"),
     ],
     ids=["udp-badck", "tcp-rst", "timestamp", "echo-reply", "bcast-ping", "bcast-udp", "frag",

@@ -281,7 +281,7 @@ def test_ping6_link_local_and_all_nodes(router: Router) -> None:
         (TCP(dport=179, flags="R"), "tcp-port-closed"),  # no RST answers a RST
         (ICMPv6EchoReply(), "local-unhandled"),
         (ICMPv6EchoRequest(cksum=0x1234), "local-bad-checksum"),
-        (IPv6ExtHdrFragment(m=1) / ICMPv6EchoRequest(), "local-unhandled"),
+        (IPv6ExtHdrFragment(m=1) / ICMPv6EchoRequest(), "reass-queued"),
     ],
     ids=["udp-zero-ck", "tcp-rst", "echo-reply", "badck", "frag"],
 )

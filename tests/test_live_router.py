@@ -67,6 +67,19 @@ def test_ping_router_addresses(topo):
     assert ping(topo, "h1", RT0_V6, "-c", "2", "-i", "0.2").returncode == 0
 
 
+def test_fragmented_ping_to_router_is_reassembled(topo):
+    """RFC 1812 4.3.3.6: h1's kernel fragments a 1828-byte echo request for the router;
+    vecroute reassembles it, answers, and fragments the reply, which h1 reassembles."""
+    def reass_ok() -> int:
+        rows = topo.ctl("show", "errors")["data"]
+        return sum(r["count"] for r in rows if r["counter"] == "reass-ok")
+
+    before = reass_ok()
+    r = ping(topo, "h1", RT0_V4, "-c", "2", "-i", "0.2", "-s", "1800", "-W", "3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert reass_ok() - before == 2
+
+
 def test_ttl_expired_comes_from_router_address(topo):
     r = ping(topo, "h1", H2_V4, "-c", "1", "-t", "1", "-W", "2")
     assert f"From {RT0_V4}" in r.stdout and "Time to live exceeded" in r.stdout, r.stdout

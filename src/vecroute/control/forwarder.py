@@ -150,7 +150,7 @@ class Forwarder:
             if n >= b.vector_size:
                 break
             n += s.recv_batch(b.buf, b.meta, b.ts, n, b.vector_size - n, ifx)
-        if n == 0:
+        if n == 0 and not self.graph.reass_due(now):  # idle: still expire reassemblies
             return 0, []
         b.n = n
         b.nalloc[0] = n

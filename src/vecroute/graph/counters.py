@@ -186,6 +186,47 @@ COUNTERS: tuple[Counter, ...] = (
             "decapsulating SID with Segments Left > 0 (param problem)"),
     Counter("srv6-upper-layer", "srv6-localsid", "drop",
             "upper-layer header not allowed at this SID (param problem code 4)"),
+    # reassembly (fragments addressed to the router)
+    Counter("reass-queued", "ip4-reass", "drop",
+            "fragment held for reassembly (its bytes copied to the reassembly buffer)"),
+    Counter("reass-ok", "ip4-reass", "event",
+            "datagram reassembled (ip4 and ip6): it goes on to local delivery in the slot"
+            " of the fragment that completed it"),
+    Counter("reass-atomic", "ip6-reass", "event",
+            "ip6 atomic fragment (offset 0, M=0, RFC 6946): fragment header removed,"
+            " processed alone"),
+    Counter("reass-duplicate", "ip4-reass", "drop",
+            "fragment with the offset and length of one already held: ignored"),
+    Counter("reass-overlap", "ip4-reass", "drop",
+            "fragment overlapping one already held: the whole datagram is discarded"
+            " (RFC 5722)"),
+    Counter("reass-inconsistent", "ip4-reass", "drop",
+            "last fragment ending before data held, a second last fragment with another"
+            " length, or data beyond the last: the whole datagram is discarded"),
+    Counter("reass-bad-length", "ip4-reass", "drop",
+            "empty fragment, offset + length beyond 65535, or a non-last fragment not a"
+            " multiple of 8 bytes (ip6: parameter problem)"),
+    Counter("reass-tiny-fragment", "ip4-reass", "drop",
+            "ip4 TCP fragment at offset 0 shorter than a TCP header, or at offset 8"
+            " (RFC 1858, RFC 3128)"),
+    Counter("reass-header-incomplete", "ip6-reass", "drop",
+            "ip6 first fragment without the upper-layer header (RFC 7112: parameter"
+            " problem code 3)"),
+    Counter("reass-too-big", "ip4-reass", "drop",
+            "datagram larger than a batch slot holds (2000 bytes), or ip6 headers before"
+            " the fragment header beyond 248 bytes: the whole datagram is discarded"),
+    Counter("reass-too-many-fragments", "ip4-reass", "drop",
+            "more than 64 fragments for one datagram: the whole datagram is discarded"),
+    Counter("reass-discarded", "ip4-reass", "drop",
+            "fragment of a datagram already discarded, until the datagram's timeout"),
+    Counter("reass-no-context", "ip4-reass", "drop",
+            "no free reassembly context (all in use, or the hash probes full):"
+            " a new datagram is refused"),
+    Counter("reass-timeout", "ip4-reass", "event",
+            "datagram not complete within 30 s (ip4) / 60 s (ip6): freed; a Time Exceeded"
+            " is tried when its first fragment arrived"),
+    Counter("reass-nd-fragmented", "ip6-reass", "drop",
+            "reassembled neighbour discovery message: ignored (RFC 6980)"),
     # icmp errors
     Counter("icmp-error-sent", "icmp-error", "event",
             "ICMP/ICMPv6 error sent (counted when it leaves by interface-output)"),
@@ -318,6 +359,21 @@ C_SRV6_DECAPSULATED = _c("srv6-decapsulated")
 C_SRV6_BAD_SRH = _c("srv6-bad-srh")
 C_SRV6_SL_NOT_ZERO = _c("srv6-sl-not-zero")
 C_SRV6_UPPER_LAYER = _c("srv6-upper-layer")
+C_REASS_QUEUED = _c("reass-queued")
+C_REASS_OK = _c("reass-ok")
+C_REASS_ATOMIC = _c("reass-atomic")
+C_REASS_DUPLICATE = _c("reass-duplicate")
+C_REASS_OVERLAP = _c("reass-overlap")
+C_REASS_INCONSISTENT = _c("reass-inconsistent")
+C_REASS_BAD_LENGTH = _c("reass-bad-length")
+C_REASS_TINY_FRAGMENT = _c("reass-tiny-fragment")
+C_REASS_HEADER_INCOMPLETE = _c("reass-header-incomplete")
+C_REASS_TOO_BIG = _c("reass-too-big")
+C_REASS_TOO_MANY_FRAGMENTS = _c("reass-too-many-fragments")
+C_REASS_DISCARDED = _c("reass-discarded")
+C_REASS_NO_CONTEXT = _c("reass-no-context")
+C_REASS_TIMEOUT = _c("reass-timeout")
+C_REASS_ND_FRAGMENTED = _c("reass-nd-fragmented")
 
 
 def markdown() -> str:

@@ -20,6 +20,7 @@ from vecroute.graph.icmp_error import icmp4_error, icmp6_error
 from vecroute.graph.ip4_frag import ip4_frag
 from vecroute.graph.ip4_input import ip4_input
 from vecroute.graph.ip6_input import ip6_input
+from vecroute.graph.ip_reass import ip4_reass, ip6_reass, reass_due, reass_expire
 from vecroute.graph.local import ip4_local, ip6_local
 from vecroute.graph.lookup import ip4_lookup, ip6_lookup
 from vecroute.graph.neighbor_request import neighbor_request
@@ -48,11 +49,13 @@ def run_graph(
     ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
     lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
     opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
+    reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
 ) -> None:
     """One batch through the graph, without a firewall (its nodes are compiled away)."""
     dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
-            node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache)
+            node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
+            reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob)
     _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, None, None, None)
 
 
@@ -62,6 +65,7 @@ def run_graph_fw(
     ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
     lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
     opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
+    reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
     c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes, cnt,
     t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl, fwk, fwv,
 ) -> None:
@@ -69,7 +73,8 @@ def run_graph_fw(
     verdict scratch matrices)."""
     dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
-            node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache)
+            node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
+            reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob)
     fw = FW(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes,
             cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl)
     _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
@@ -84,6 +89,7 @@ def _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk
         first = meta[M_NEXT, i]
         frames[first, frame_n[first]] = i
         frame_n[first] += 1
+    reass_expire(buf, meta, nalloc, frames, frame_n, dp, now)  # bounded: the oldest few
     busy = True
     while busy:
         busy = False
@@ -110,6 +116,10 @@ def _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk
                 ip4_local(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.IP6_LOCAL:
                 ip6_local(work, k, buf, meta, frames, frame_n, dp)
+            elif node == N.IP4_REASS:
+                ip4_reass(work, k, buf, meta, frames, frame_n, dp, nalloc, now)
+            elif node == N.IP6_REASS:
+                ip6_reass(work, k, buf, meta, frames, frame_n, dp, nalloc, now)
             elif node == N.IP4_LOOKUP:
                 ip4_lookup(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.IP6_LOOKUP:
@@ -180,9 +190,15 @@ class Graph:
         self._build_tail()
 
     def swap_state(self, state: DataPlaneState) -> None:
-        """Install a new forwarding state between batches (counters carry over)."""
+        """Install a new forwarding state between batches (counters and partial datagrams
+        carry over)."""
         old = self.state
         state.counters = old.counters
+        state.reass_ctl = old.reass_ctl
+        state.reass_frag = old.reass_frag
+        state.reass_hdr = old.reass_hdr
+        state.reass_data = old.reass_data
+        state.reass_glob = old.reass_glob
         state.node_stats = old.node_stats
         state.icmp_tb = old.icmp_tb
         state.glean = old.glean
@@ -192,6 +208,12 @@ class Graph:
             state.if_stats = old.if_stats
         self.state = state
         self._build_tail()
+
+    def reass_due(self, now_ns: int) -> bool:
+        """A reassembly context has timed out: an idle caller should run an empty batch
+        (the timer runs once per batch) so its Time Exceeded is not late."""
+        st = self.state
+        return reass_due(st.reass_ctl, st.reass_glob, now_ns)
 
     def run(self, batch: PacketBatch, now_ns: int) -> np.ndarray:
         """Process the batch; returns the indices of packets to transmit, in order."""

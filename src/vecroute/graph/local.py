@@ -20,7 +20,14 @@ from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.icmp_error import answer_on_link
 from vecroute.graph.ip4_input import is_link_local4
 from vecroute.graph.ip6_input import OPT_OK, option_verdict, scan_options
-from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP, PUNT, TCP_RESET
+from vecroute.graph.node_ids import (
+    IP4_LOOKUP,
+    IP4_REASS,
+    IP6_LOOKUP,
+    IP6_REASS,
+    PUNT,
+    TCP_RESET,
+)
 from vecroute.graph.state import IF6_LL, IFS_PUNTS
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
@@ -139,12 +146,15 @@ def _route_reply(frames, frame_n, meta, buf, dp, i, ll, lookup) -> None:
 def ip4_local(work, k, buf, meta, frames, frame_n, dp) -> None:
     for j in range(k):
         i = work[j]
+        if meta[M_FLAGS, i] & F_FRAG:  # reassembled first (graph/ip_reass.py)
+            enqueue(frames, frame_n, meta, IP4_REASS, i)
+            continue
         l3 = meta[M_L3, i]
         l4 = meta[M_L4, i]
         end = meta[M_OFF, i] + meta[M_LEN, i]
         dst = rd32(buf, l3 + 16)
         proto = meta[M_PROTO, i]
-        if meta[M_FLAGS, i] & F_FRAG or dst == np.uint32(0xFFFFFFFF):
+        if dst == np.uint32(0xFFFFFFFF):
             drop(frames, frame_n, meta, i, C.C_LOCAL_UNHANDLED)
             continue
         if proto != PROTO_ICMP:
@@ -183,12 +193,12 @@ def ip4_local(work, k, buf, meta, frames, frame_n, dp) -> None:
 def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
     for j in range(k):
         i = work[j]
+        if meta[M_FLAGS, i] & F_FRAG:  # reassembled first (graph/ip_reass.py)
+            enqueue(frames, frame_n, meta, IP6_REASS, i)
+            continue
         l3 = meta[M_L3, i]
         l4 = meta[M_L4, i]
         end = meta[M_OFF, i] + meta[M_LEN, i]
-        if meta[M_FLAGS, i] & F_FRAG:
-            drop(frames, frame_n, meta, i, C.C_LOCAL_UNHANDLED)
-            continue
         # the extension headers ip6-input validated: they are for us now
         nh = np.int32(buf[l3 + 6])
         nh_at = l3 + 6  # where the next header field naming the upper layer is

@@ -14,6 +14,8 @@ NODE_NAMES: tuple[str, ...] = (
     "fw-in",
     "ip4-local",
     "ip6-local",
+    "ip4-reass",
+    "ip6-reass",
     "ip4-lookup",
     "ip6-lookup",
     "srv6-localsid",
@@ -39,6 +41,8 @@ IP6_INPUT = NODE_NAMES.index("ip6-input")
 FW_IN = NODE_NAMES.index("fw-in")
 IP4_LOCAL = NODE_NAMES.index("ip4-local")
 IP6_LOCAL = NODE_NAMES.index("ip6-local")
+IP4_REASS = NODE_NAMES.index("ip4-reass")
+IP6_REASS = NODE_NAMES.index("ip6-reass")
 IP4_LOOKUP = NODE_NAMES.index("ip4-lookup")
 IP6_LOOKUP = NODE_NAMES.index("ip6-lookup")
 SRV6_LOCALSID = NODE_NAMES.index("srv6-localsid")

@@ -8,6 +8,7 @@ argument list (numba dispatches flat arrays much faster than a tuple of them).
 
 from __future__ import annotations
 
+import os
 from collections import namedtuple
 from dataclasses import dataclass, field
 
@@ -110,6 +111,44 @@ LIST_FIB = 2  # FIB table index (ip6) where the first segment is looked up
 LIST_COLS = 3
 SR_HDR_MAX = 40 + 8 + 16 * 16  # at most 16 segments
 
+# reassembly of fragments addressed to the router (graph/ip_reass.py): a fixed number of
+# contexts, each with a fixed data buffer, so the memory is bounded like Linux's
+# ipfrag_high_thresh (4 MiB): 1024 x (2048 + 256) bytes of buffers + 64 ranges = ~2.6 MiB
+REASS_CONTEXTS = 1024  # a power of two (the hash masks with it)
+REASS_DATA = 2048  # data bytes per context (a datagram is at most REASS_MAX_LEN in all)
+REASS_HDR = 256  # the first fragment's header bytes (ip6: unfragmentable part + frag header)
+REASS_MAX_FRAGS = 64  # distinct fragments held per datagram
+# reass_ctl int64 [REASS_CONTEXTS, RC_COLS]
+RC_STATE = 0  # RS_FREE / RS_LIVE / RS_DEAD
+RC_K0 = 1  # key: source (ip4: the address; ip6: high 64 bits)
+RC_K1 = 2  # ip6 source low 64 bits
+RC_K2 = 3  # destination (ip4 address / ip6 high 64 bits)
+RC_K3 = 4  # ip6 destination low 64 bits
+RC_K4 = 5  # identification | protocol << 32 (ip4) | family << 40
+RC_K5 = 6  # FIB table index
+RC_T0 = 7  # creation time (ns): the timeout runs from the first fragment seen
+RC_TOTAL = 8  # data length from the last fragment (-1 until it arrives)
+RC_RECV = 9  # data bytes held (held ranges never overlap)
+RC_NFRAG = 10  # ranges held in reass_frag
+RC_MAXEND = 11  # highest data end held
+RC_HDRLEN = 12  # header bytes kept from the first fragment (0: not arrived)
+RC_FIRSTLEN = 13  # data bytes of the first fragment (with the header: the ICMP quote)
+RC_NHOFF = 14  # ip6: offset from the IPv6 header of the next-header field to patch
+RC_RX = 15  # rx interface of the first fragment (its Time Exceeded names it)
+RC_FLAGS = 16  # metadata flags of the first fragment
+RC_PREV = 17  # creation-order list of the family (oldest first): the timer reads its head
+RC_NEXT = 18
+RC_COLS = 19
+RS_FREE = 0
+RS_LIVE = 1
+RS_DEAD = 2  # discarded (overlap, lying length, too big): later fragments die until timeout
+# reass_glob int64 [RG_COLS]
+RG_SEED = 0  # random hash seed (a flood cannot aim at one probe window)
+RG_HEAD4 = 1  # oldest ip4 context (-1: none); RG_HEAD4 + 1: newest
+RG_HEAD6 = 3  # oldest ip6 context; RG_HEAD6 + 1: newest
+RG_USED = 5  # contexts in use
+RG_COLS = 6
+
 DP = namedtuple(
     "DP",
     [
@@ -118,6 +157,7 @@ DP = namedtuple(
         "lb", "lb_buckets", "adj", "adj_rw", "adj_last_req", "glean",
         "icmp_tb", "counters", "if_stats", "node_stats", "opts",
         "sr_sid", "sr_pol", "sr_bucket", "sr_list", "sr_hdr", "sr_cache",
+        "reass_ctl", "reass_frag", "reass_hdr", "reass_data", "reass_glob",
     ],
 )
 
@@ -152,6 +192,17 @@ class DataPlaneState:
     sr_list: np.ndarray = field(default_factory=lambda: np.zeros((1, LIST_COLS), dtype=np.int32))
     sr_hdr: np.ndarray = field(default_factory=lambda: np.zeros((1, SR_HDR_MAX), dtype=np.uint8))
     sr_cache: np.ndarray = field(default_factory=lambda: np.full((1, 2), -1, dtype=np.int64))
+    # reassembly contexts (zeros: all free; np.zeros maps pages lazily, so a state built
+    # only to be swapped in, whose contexts are then carried over, costs no memory)
+    reass_ctl: np.ndarray = field(
+        default_factory=lambda: np.zeros((REASS_CONTEXTS, RC_COLS), dtype=np.int64))
+    reass_frag: np.ndarray = field(
+        default_factory=lambda: np.zeros((REASS_CONTEXTS, REASS_MAX_FRAGS), dtype=np.int32))
+    reass_hdr: np.ndarray = field(
+        default_factory=lambda: np.zeros(REASS_CONTEXTS * REASS_HDR, dtype=np.uint8))
+    reass_data: np.ndarray = field(
+        default_factory=lambda: np.zeros(REASS_CONTEXTS * REASS_DATA, dtype=np.uint8))
+    reass_glob: np.ndarray = field(default_factory=lambda: reass_globals())
 
     def __post_init__(self) -> None:
         if self.if_stats is None:
@@ -165,6 +216,14 @@ class DataPlaneState:
         self.counters[:] = 0
         self.if_stats[:] = 0
         self.node_stats[:] = 0
+
+
+def reass_globals() -> np.ndarray:
+    """Empty creation-order lists and a random hash seed for the reassembly contexts."""
+    g = np.full(RG_COLS, -1, dtype=np.int64)
+    g[RG_SEED] = np.frombuffer(os.urandom(8), dtype=np.int64)[0]
+    g[RG_USED] = 0
+    return g
 
 
 def icmp_bucket(rate_per_s: int, burst: int) -> np.ndarray:
