@@ -1,0 +1,708 @@
+"""The Linux kernel as the reference router: a namespace router, capture, a normaliser.
+
+A vecroute config (the dict ``parse_config`` reads) is turned into a Linux router in a
+network namespace: one veth per vecroute interface with the same name, MAC, MTU and
+addresses, the same static routes and permanent neighbours, forwarding on, ICMP rate
+limits set to vecroute's. The other end of every veth sits in a second namespace, where
+AF_PACKET sockets inject each input frame and capture what the kernel emits on every
+link. Each input is followed by a *marker* (an echo request to the router from a
+configured neighbour on the same link); the marker's reply closes the input's window, so
+outputs map to inputs without guessing at timeouts.
+
+The same inputs go through vecroute's replay path (``vecroute.io.replay.Replayer``, pcap
+in, pcap out), where output timestamps name the input that caused them.
+
+Both outputs are reduced to the same per-input summary (:func:`summarize`): one string per
+emitted frame (forwarded: interface, TTL/hop limit, length, next-hop MAC, a digest of the
+rest of the packet; ICMP: interface, type/code, source, quoted length, ...), sorted, or
+``dropped``. Fields that legitimately differ (IP id, checksums, ICMP id of replies) are
+left out. Differences that vecroute makes on purpose are rows of :data:`EXPECTED`, the
+one table that docs/linux-differences.md renders; anything else is a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import ipaddress
+import os
+import select
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
+from scapy.layers.inet6 import (
+    ICMPv6EchoRequest,
+    IPv6,
+)
+from scapy.layers.l2 import ARP, Ether
+from scapy.packet import Raw
+
+from vecroute.control.config import Config, format_mac, parse_config
+from vecroute.io.netns import Lab, LabError, entered, ip, run_in
+from vecroute.io.pcap import read_capture
+from vecroute.io.replay import Replayer
+
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+PACKET_IGNORE_OUTGOING = 23  # SOL_PACKET option, Linux >= 4.20
+SOL_PACKET = 263
+MARKER_ID = 0xFEED
+MARKER_MAGIC = b"vecroute-linux-reference-marker:"
+PEER_MTU = 9000  # peers accept whatever the router sends; the router end's MTU gates input
+TS0 = 1_000_000_000  # replay clock of the first input (ns)
+TS_STEP = 1_000_000  # one input per millisecond of replay clock
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input: a frame received on interface ``rx``, with a label saying what it is."""
+
+    label: str
+    rx: str
+    frame: bytes
+
+    def describe(self) -> str:
+        """One line: label, receiving interface, scapy's summary, the frame's bytes."""
+        hx = self.frame.hex()
+        if len(hx) > 240:
+            hx = f"{hx[:240]}...(+{len(self.frame) - 120} bytes)"
+        return f"{self.label} [rx {self.rx}] {Ether(self.frame).summary()} frame={hx}"
+
+
+Frame = tuple[str, bytes]  # (interface name, frame bytes)
+
+
+# --- the Linux router ---------------------------------------------------------------------
+
+
+def _sysctl(ns: str, *settings: str) -> None:
+    run_in(ns, ["sysctl", "-qw", *settings])
+
+
+class LinuxRouter:
+    """The kernel configured from a vecroute config in a namespace, with peers to drive it.
+
+    Use as a context manager; every namespace and veth goes with it, on failure too.
+    """
+
+    def __init__(self, config: dict, lab_prefix: str = "ld") -> None:
+        self.cfg: Config = parse_config(config)
+        _check_supported(self.cfg)
+        self.lab = Lab(lab_prefix)
+        self.socks: dict[str, socket.socket] = {}
+        self.peer_if: dict[str, str] = {}
+        self.seq = 0
+        self.lost_markers = 0
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- building ----------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        lab, cfg = self.lab, self.cfg
+        self.rt = rt = lab.netns("rt")
+        self.peer = peer = lab.netns("pe")
+        # defaults first: devices created afterwards inherit them
+        for fam in ("all", "default"):
+            _sysctl(
+                rt,
+                f"net.ipv4.conf.{fam}.forwarding=1",
+                f"net.ipv4.conf.{fam}.rp_filter=0",
+                f"net.ipv4.conf.{fam}.send_redirects=0",  # vecroute sends no redirects
+                f"net.ipv4.conf.{fam}.accept_redirects=0",
+                f"net.ipv4.conf.{fam}.log_martians=0",
+                f"net.ipv6.conf.{fam}.forwarding=1",
+                f"net.ipv6.conf.{fam}.accept_dad=0",
+                f"net.ipv6.conf.{fam}.dad_transmits=0",
+                f"net.ipv6.conf.{fam}.accept_ra=0",
+                f"net.ipv6.conf.{fam}.router_solicitations=0",
+                f"net.ipv6.conf.{fam}.accept_redirects=0",
+            )
+        _sysctl(
+            rt,
+            "net.ipv4.ip_forward=1",
+            "net.ipv4.icmp_ratelimit=0",  # vecroute has one global bucket, no per-peer one
+            "net.ipv6.icmp.ratelimit=0",
+            f"net.ipv4.icmp_msgs_per_sec={cfg.icmp.rate}",
+            f"net.ipv4.icmp_msgs_burst={cfg.icmp.burst}",
+            "net.ipv4.icmp_echo_ignore_broadcasts=1",
+        )
+        for itf in cfg.interfaces:
+            a, b = lab.veth(rt, peer, up=False, disable_ipv6=(False, True))
+            assert itf.mac is not None
+            ip("link", "set", "dev", a, "name", itf.name, ns=rt)
+            ip("link", "set", "dev", itf.name, "address", format_mac(itf.mac),
+               "mtu", str(itf.mtu), ns=rt)
+            ip("link", "set", "dev", b, "mtu", str(PEER_MTU), "promisc", "on", "up", ns=peer)
+            self.peer_if[itf.name] = b
+        for itf in cfg.interfaces:
+            ip("link", "set", "dev", itf.name, "up", ns=rt)
+            for addr in itf.addresses:
+                if addr.version == 4:
+                    ip("addr", "add", str(addr), "brd", "+", "dev", itf.name, ns=rt)
+                else:
+                    ip("-6", "addr", "add", str(addr), "dev", itf.name, "nodad", ns=rt)
+        for nb in cfg.neighbors:
+            ip("neigh", "replace", str(nb.ip), "lladdr", format_mac(nb.mac), "dev",
+               nb.interface, "nud", "permanent", ns=rt)
+        for r in cfg.routes:
+            fam = f"-{r.prefix.version}"
+            if r.blackhole:
+                ip(fam, "route", "add", "blackhole", str(r.prefix), ns=rt)
+            elif r.via:
+                dev = ("dev", r.dev) if r.dev else ()
+                ip(fam, "route", "add", str(r.prefix), "via", str(r.via[0]), *dev, ns=rt)
+            else:
+                ip(fam, "route", "add", str(r.prefix), "dev", str(r.dev), ns=rt)
+        with entered(peer):
+            for itf in cfg.interfaces:
+                s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+                s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+                s.bind((self.peer_if[itf.name], 0))
+                s.setblocking(False)
+                self.socks[itf.name] = s
+        self.markers = {itf.name: _marker_template(self.cfg, itf.name) for itf in cfg.interfaces}
+        _wait_link_local(rt, [i.name for i in cfg.interfaces if i.mtu >= 1280])
+        time.sleep(0.2)
+        self._drain(0.05)
+
+    # -- driving -----------------------------------------------------------------------------
+
+    def _drain(self, quiet: float) -> list[Frame]:
+        """Read every socket until ``quiet`` seconds pass without a frame."""
+        got: list[Frame] = []
+        by_fd = {s.fileno(): name for name, s in self.socks.items()}
+        while True:
+            ready, _, _ = select.select(list(self.socks.values()), [], [], quiet)
+            if not ready:
+                return got
+            for s in ready:
+                got += self._read(by_fd[s.fileno()], s)
+
+    def _read(self, name: str, s: socket.socket) -> list[Frame]:
+        out: list[Frame] = []
+        while True:
+            try:
+                data, addr = s.recvfrom(65536)
+            except BlockingIOError:
+                return out
+            if addr[2] != PACKET_OUTGOING:
+                out.append((name, data))
+
+    def send(self, case: Case, timeout: float = 1.0) -> list[Frame]:
+        """Inject one frame and return what the kernel emitted because of it (chatter out)."""
+        s = self.socks[case.rx]
+        s.send(case.frame)
+        self.seq += 1
+        marker = self.markers[case.rx]
+        got: list[Frame] = []
+        if marker is None:  # no neighbour on this link to send a marker from
+            return _strip_chatter(self._drain(0.05))
+        s.send(marker(self.seq))
+        by_fd = {x.fileno(): name for name, x in self.socks.items()}
+        deadline = time.monotonic() + timeout
+        seen = False
+        while not seen:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.lost_markers += 1
+                break
+            ready, _, _ = select.select(list(self.socks.values()), [], [], left)
+            for x in ready:
+                for f in self._read(by_fd[x.fileno()], x):
+                    if _is_marker_reply(f[1], self.seq):
+                        seen = True
+                    else:
+                        got.append(f)
+        got += [f for f in self._drain(0.002) if not _is_marker_reply(f[1], self.seq)]
+        return _strip_chatter(got)
+
+    def run(self, cases: Sequence[Case]) -> list[list[Frame]]:
+        """Every case, one at a time: the frames each caused."""
+        return [self.send(c) for c in cases]
+
+    def close(self) -> None:
+        for s in self.socks.values():
+            with contextlib.suppress(OSError):
+                s.close()
+        self.socks.clear()
+        self.lab.close()
+
+    def __enter__(self) -> LinuxRouter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_supported(cfg: Config) -> None:
+    """The harness maps the plain routing subset; say so when a config goes beyond it."""
+    if cfg.firewall is not None or "srv6" in cfg.raw:
+        raise ValueError("linux reference: firewall and srv6 sections are not mapped")
+    for r in cfg.routes:
+        if len(r.via) > 1:
+            raise ValueError(f"linux reference: {r.prefix}: ECMP hashes differ, not compared")
+        if r.table:
+            raise ValueError(f"linux reference: {r.prefix}: FIB tables are not mapped")
+    for itf in cfg.interfaces:
+        if itf.table:
+            raise ValueError(f"linux reference: {itf.name}: FIB tables are not mapped")
+        if itf.mac is None:
+            raise ValueError(f"linux reference: {itf.name}: needs a mac")
+
+
+def _wait_link_local(ns: str, names: list[str], timeout: float = 5.0) -> None:
+    """Link-local addresses appear when a link comes up; wait until each has one."""
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while "fe80::" not in ip("-6", "addr", "show", "dev", name, ns=ns):
+            if time.monotonic() > deadline:
+                raise LabError(f"{ns}: {name} has no IPv6 link-local address")
+            time.sleep(0.05)
+
+
+def _marker_template(cfg: Config, name: str) -> Callable[[int], bytes] | None:
+    """An echo request to the router on link ``name`` from a configured neighbour there."""
+    itf = cfg.interfaces[cfg.interface_index(name)]
+    assert itf.mac is not None
+    me4 = [a.ip for a in itf.addresses if a.version == 4]
+    for nb in cfg.neighbors:
+        if nb.interface != name:
+            continue
+        if nb.ip.version == 4 and me4:
+            hdr = Ether(dst=format_mac(itf.mac), src=format_mac(nb.mac)) / IP(
+                src=str(nb.ip), dst=str(me4[0]))
+            return functools.partial(_marker, hdr, ICMP, 8)
+        if nb.ip.version == 6 and not nb.ip.is_link_local and itf.mtu >= 1280:
+            hdr = Ether(dst=format_mac(itf.mac), src=format_mac(nb.mac)) / IPv6(
+                src=str(nb.ip), dst=str(_link_local(itf.mac)))
+            return functools.partial(_marker, hdr, ICMPv6EchoRequest, 128)
+    return None
+
+
+def _marker(hdr: Ether, cls: type, typ: int, seq: int) -> bytes:
+    return bytes(hdr / cls(type=typ, id=MARKER_ID, seq=seq & 0xFFFF)
+                 / (MARKER_MAGIC + struct.pack("!I", seq)))
+
+
+def _link_local(mac: bytes) -> ipaddress.IPv6Address:
+    eui = bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xFF, 0xFE, mac[3], mac[4], mac[5]])
+    return ipaddress.IPv6Address(b"\xfe\x80" + b"\x00" * 6 + eui)
+
+
+def _is_marker_reply(data: bytes, seq: int) -> bool:
+    return MARKER_MAGIC + struct.pack("!I", seq) in data
+
+
+def _strip_chatter(frames: list[Frame]) -> list[Frame]:
+    """The kernel's own traffic that no input caused: ARP requests, ND/MLD, IGMP, and the
+    reassembly-timeout errors that come 30 s after an incomplete fragment set (vecroute
+    does not reassemble: those fragments are dropped at once, listed in the docs)."""
+    return [f for f in frames if not _chatter(f[1])]
+
+
+def _chatter(data: bytes) -> bool:
+    if len(data) < 14:
+        return False
+    et = int.from_bytes(data[12:14], "big")
+    if et == 0x0806:
+        return len(data) >= 22 and data[20:22] == b"\x00\x01"  # our own ARP requests
+    if MARKER_MAGIC in data:
+        return True  # a marker reply that arrived late (after its window)
+    if et == 0x0800 and len(data) >= 34:
+        ihl = (data[14] & 15) * 4
+        proto = data[23]
+        l4 = 14 + ihl
+        if proto == 2:
+            return True  # IGMP
+        if proto == 1 and len(data) >= l4 + 2 and data[l4] == 11 and data[l4 + 1] == 1:
+            return True  # reassembly time exceeded
+    if et == 0x86DD and len(data) >= 54:
+        _, nh, l4 = walk6(data[14:])
+        if nh == 58 and l4 + 2 <= len(data) - 14:
+            t, code = data[14 + l4], data[15 + l4]
+            if t in (130, 131, 132, 133, 134, 135, 136, 143):
+                return True  # MLD and neighbour discovery (redirects, 137, are compared)
+            if t == 3 and code == 1:
+                return True  # reassembly time exceeded
+    return False
+
+
+# --- vecroute's side: the replay path ------------------------------------------------------
+
+
+def write_pcap(path: Path, frames: Iterable[tuple[int, bytes]]) -> None:
+    """A nanosecond pcap of (timestamp ns, frame) pairs."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1))
+        for ts, data in frames:
+            f.write(struct.pack("<IIII", ts // 10**9, ts % 10**9, len(data), len(data)))
+            f.write(data)
+
+
+def vecroute_run(config: dict, cases: Sequence[Case], workdir: Path) -> list[list[Frame]]:
+    """Replay the cases through vecroute (one pcap per receiving interface, one input per
+    millisecond of replay clock); each output is mapped back to its input by timestamp."""
+    cfg = parse_config(config)
+    workdir.mkdir(parents=True, exist_ok=True)
+    by_rx: dict[str, list[tuple[int, bytes]]] = {}
+    for n, c in enumerate(cases):
+        by_rx.setdefault(c.rx, []).append((TS0 + n * TS_STEP, c.frame))
+    inputs = []
+    for rx, frames in by_rx.items():
+        p = workdir / f"in-{rx}.pcap"
+        write_pcap(p, frames)
+        inputs.append((rx, str(p)))
+    out_dir = workdir / "out"
+    if out_dir.exists():
+        for old in out_dir.iterdir():
+            old.unlink()
+    res = Replayer(cfg).run(inputs, out_dir)
+    outs: list[list[Frame]] = [[] for _ in cases]
+    for name, path in res.outputs.items():
+        cap = read_capture(path)
+        for k in range(len(cap.offsets)):
+            n = (int(cap.ts_ns[k]) - TS0) // TS_STEP
+            outs[n].append((name, cap.packet(k)))
+    return outs
+
+
+def vecroute_run_cli(config_path: Path, cases: Sequence[Case], workdir: Path,
+                     exe: str = "vecroute") -> list[list[Frame]]:
+    """The same through the ``vecroute replay`` command line (the user's exact path)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    by_rx: dict[str, list[tuple[int, bytes]]] = {}
+    for n, c in enumerate(cases):
+        by_rx.setdefault(c.rx, []).append((TS0 + n * TS_STEP, c.frame))
+    argv = [exe, "replay", str(config_path), "--out-dir", str(workdir / "out"), "-q"]
+    for rx, frames in by_rx.items():
+        p = workdir / f"in-{rx}.pcap"
+        write_pcap(p, frames)
+        argv += ["--in", f"{rx}={p}"]
+    subprocess.run(argv, check=True, capture_output=True, timeout=600)
+    outs: list[list[Frame]] = [[] for _ in cases]
+    for p in sorted((workdir / "out").glob("*.pcap")):
+        cap = read_capture(p)
+        for k in range(len(cap.offsets)):
+            outs[(int(cap.ts_ns[k]) - TS0) // TS_STEP].append((p.stem, cap.packet(k)))
+    return outs
+
+
+# --- the normaliser ------------------------------------------------------------------------
+
+Summary = tuple[str, ...]
+DROPPED: Summary = ("dropped",)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()[:8]
+
+
+def _ip4_body(raw: bytes) -> bytes:
+    """The IPv4 packet with TTL, checksum and id zeroed: what forwarding must not change."""
+    b = bytearray(raw)
+    b[4:6] = b"\0\0"
+    b[8] = 0
+    b[10:12] = b"\0\0"
+    return bytes(b)
+
+
+def walk6(ip6: bytes) -> tuple[list[int], int, int]:
+    """The IPv6 next-header chain from raw bytes: (headers seen, upper-layer protocol,
+    its offset); hop-by-hop, routing, fragment, destination options and AH are skipped."""
+    nh, p, chain = ip6[6], 40, []
+    end = 40 + int.from_bytes(ip6[4:6], "big")
+    for _ in range(16):
+        chain.append(nh)
+        if nh in (0, 43, 60) and p + 2 <= end:
+            nh, p = ip6[p], p + (ip6[p + 1] + 1) * 8
+        elif nh == 44 and p + 8 <= end:
+            if int.from_bytes(ip6[p + 2:p + 4], "big") & 0xFFF8:
+                return chain, -1, p + 8  # a later fragment: no upper-layer header
+            nh, p = ip6[p], p + 8
+        elif nh == 51 and p + 2 <= end:
+            nh, p = ip6[p], p + (ip6[p + 1] + 2) * 4
+        else:
+            return chain, nh, p
+    return chain, nh, p
+
+
+def _ext_chain(raw: bytes) -> str:
+    """The next-header numbers from the IPv6 header to the upper layer: 0,43,58."""
+    chain, nh, _ = walk6(raw)
+    return ",".join(str(x) for x in chain) if chain else str(nh)
+
+
+def _quote_len(err_ip_total: int, hdr: int) -> int:
+    return max(err_ip_total - hdr - 8, 0)
+
+
+def frame_summary(cfg: Config, case: Case, name: str, data: bytes) -> str:
+    """One emitted frame as a short, comparable string (see the module docstring)."""
+    e = Ether(data)
+    inp = Ether(case.frame)
+    in_ip4 = inp[IP] if IP in inp and not isinstance(inp[IP], IPerror) else None
+    in_ip6 = inp[IPv6] if IPv6 in inp else None
+    dmac = e.dst
+    if ARP in e:
+        a = e[ARP]
+        return f"{name} arp op={a.op} psrc={a.psrc} pdst={a.pdst} hwdst={a.hwdst}"
+    if e.type == 0x0800 and IP in e:
+        p = e[IP]
+        raw = bytes(p)[: p.len] if p.len else bytes(p)
+        tot = p.len
+        ihl = p.ihl * 4
+        same_flow = in_ip4 is not None and p.src == in_ip4.src and p.dst == in_ip4.dst
+        if same_flow and p.proto == in_ip4.proto:
+            s = f"{name} fwd ttl={p.ttl} len={tot} dmac={dmac}"
+            if p.flags.MF or p.frag:
+                s += f" frag={p.frag * 8}{'+' if p.flags.MF else ''}"
+            if ihl > 20:
+                s += f" ihl={ihl}"
+            return s + f" body={_digest(_ip4_body(raw))}"
+        if p.proto == 1 and ICMP in p:
+            ic = p[ICMP]
+            base = f"{name} icmp4 {ic.type}/{ic.code} src={p.src} dst={p.dst} ttl={p.ttl}"
+            if ihl > 20:
+                base += f" ihl={ihl}"
+            if ic.type in (3, 4, 5, 11, 12):
+                base += f" tos={p.tos:#04x} quote={_quote_len(tot, ihl)}"
+                if ic.type == 3 and ic.code == 4:
+                    base += f" mtu={ic.nexthopmtu}"
+                if ic.type == 12:
+                    base += f" ptr={ic.ptr}"
+                if IPerror in ic:
+                    base += f" qttl={ic[IPerror].ttl}"
+                return base
+            return base + f" len={tot} dmac={dmac}"
+        if p.proto == 6 and TCP in p:
+            t = p[TCP]
+            return f"{name} tcp src={p.src} dst={p.dst} flags={t.flags} ttl={p.ttl}"
+        return f"{name} ip4 proto={p.proto} src={p.src} dst={p.dst} ttl={p.ttl} len={tot}"
+    if e.type == 0x86DD and IPv6 in e:
+        p = e[IPv6]
+        raw = bytes(p)[: 40 + p.plen]
+        chain_list, nh, l4 = walk6(raw)
+        chain = ",".join(str(x) for x in chain_list)
+        typ = raw[l4] if nh == 58 and l4 < len(raw) else -1
+        code = raw[l4 + 1] if nh == 58 and l4 + 1 < len(raw) else -1
+        in_reply = False
+        if in_ip6 is not None:
+            ic, inh, il4 = walk6(bytes(in_ip6))
+            in_reply = inh == 58 and il4 < len(bytes(in_ip6)) and bytes(in_ip6)[il4] == 129
+        same_flow = in_ip6 is not None and p.src == in_ip6.src and p.dst == in_ip6.dst
+        if same_flow and not (typ == 129 and not in_reply):
+            body = bytearray(raw)
+            body[7] = 0
+            return (f"{name} fwd hlim={p.hlim} plen={p.plen} dmac={dmac} nh={chain}"
+                    f" body={_digest(bytes(body))}")
+        if 0 <= typ < 128:
+            s = (f"{name} icmp6 {typ}/{code} src={p.src} dst={p.dst} hlim={p.hlim}"
+                 f" quote={max(len(raw) - l4 - 8, 0)}")
+            if typ in (2, 4) and l4 + 8 <= len(raw):
+                word = int.from_bytes(raw[l4 + 4:l4 + 8], "big")
+                s += f" mtu={word}" if typ == 2 else f" ptr={word}"
+            if chain != "58":
+                s += f" nh={chain}"
+            return s
+        if typ == 129:
+            return (f"{name} echo-reply6 src={p.src} dst={p.dst} hlim={p.hlim} plen={p.plen}"
+                    f" nh={chain}")
+        if typ == 137:
+            return f"{name} redirect6 src={p.src} dst={p.dst}"
+        if nh == 6 and l4 + 14 <= len(raw):
+            flags = TCP(raw[l4:]).flags
+            return f"{name} tcp6 src={p.src} dst={p.dst} flags={flags} hlim={p.hlim}"
+        t = f" type={typ}" if typ >= 0 else ""
+        return f"{name} ip6 nh={chain}{t} src={p.src} dst={p.dst} hlim={p.hlim}"
+    return f"{name} ether type={e.type:#06x} len={len(data)}"
+
+
+def summarize(cfg: Config, case: Case, frames: Sequence[Frame]) -> Summary:
+    """What one input caused, order-free: sorted frame summaries, or ``("dropped",)``."""
+    if not frames:
+        return DROPPED
+    return tuple(sorted(frame_summary(cfg, case, n, d) for n, d in frames))
+
+
+# --- the expected differences --------------------------------------------------------------
+
+
+@dataclass
+class Diff:
+    """An input whose summaries differ, and the parsed input packet for matchers."""
+
+    case: Case
+    linux: Summary
+    vecroute: Summary
+    pkt: Ether = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pkt = Ether(self.case.frame)
+
+    def line(self) -> str:
+        return (f"{self.case.describe()}\n    linux:    {' | '.join(self.linux)}"
+                f"\n    vecroute: {' | '.join(self.vecroute)}")
+
+    # helpers for matchers
+    @property
+    def v4(self) -> IP | None:
+        return self.pkt[IP] if IP in self.pkt else None
+
+    @property
+    def v6(self) -> IPv6 | None:
+        return self.pkt[IPv6] if IPv6 in self.pkt else None
+
+    def dst_in(self, *nets: str) -> bool:
+        p = self.v4 or self.v6
+        return p is not None and _in(p.dst, nets)
+
+    def src_in(self, *nets: str) -> bool:
+        p = self.v4 or self.v6
+        return p is not None and _in(p.src, nets)
+
+    def only_linux_has(self, word: str) -> bool:
+        """Linux emitted exactly vecroute's frames plus frames containing ``word``."""
+        extra = list(self.linux)
+        for v in self.vecroute:
+            if v == "dropped":
+                continue
+            if v not in extra:
+                return False
+            extra.remove(v)
+        return bool(extra) and all(word in x for x in extra if x != "dropped")
+
+
+def _in(addr: str, nets: Sequence[str]) -> bool:
+    a = ipaddress.ip_address(addr)
+    return any(a.version == ipaddress.ip_network(n).version and a in ipaddress.ip_network(n)
+               for n in nets)
+
+
+def _fwd(s: Summary) -> bool:
+    return any(" fwd " in x for x in s)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A deliberate difference: which inputs, what each router does, and why."""
+
+    key: str
+    inputs: str
+    linux: str
+    vecroute: str
+    reason: str
+    match: Callable[[Diff], bool]
+
+
+EXPECTED: list[Expected] = [
+    Expected(
+        "reserved-240",
+        "IPv4 to 240.0.0.0/4 (not 255.255.255.255)",
+        "forwards it (a route covers it)",
+        "drops it (`martian-destination`)",
+        "RFC 1812 5.3.7: a router must not forward to a reserved (class E) address; Linux "
+        "treats 240/4 as unicast since 2.6.25.",
+        lambda d: d.dst_in("240.0.0.0/4") and _fwd(d.linux) and d.vecroute == DROPPED,
+    ),
+    Expected(
+        "link-local-169-254",
+        "IPv4 from or to 169.254.0.0/16",
+        "forwards it",
+        "drops it",
+        "RFC 3927 2.7: a router must not forward a packet with a link-local (169.254/16) "
+        "source or destination.",
+        lambda d: (d.dst_in("169.254.0.0/16") or d.src_in("169.254.0.0/16"))
+        and _fwd(d.linux) and d.vecroute == DROPPED,
+    ),
+    Expected(
+        "srh-at-router",
+        "IPv6 with a type-4 routing header (SRH), Segments Left > 0, to a router address "
+        "that is no SRv6 SID",
+        "drops it silently (`seg6_enabled=0`)",
+        "ICMPv6 parameter problem, code 0, pointer at the Routing Type",
+        "RFC 8200 4.4: an unrecognised routing type with Segments Left > 0 must be answered "
+        "with a parameter problem; Linux only processes an SRH when seg6 is enabled, and "
+        "drops it otherwise.",
+        lambda d: d.linux == DROPPED and len(d.vecroute) == 1
+        and " icmp6 4/0 " in d.vecroute[0] and d.pkt.haslayer("IPv6ExtHdrSegmentRouting"),
+    ),
+    Expected(
+        "redirect6",
+        "IPv6 forwarded out of the interface it came in on",
+        "forwards it and sends an ICMPv6 redirect (no sysctl turns this off)",
+        "forwards it, no redirect",
+        "vecroute sends no redirects (v4 or v6); the harness sets Linux's IPv4 "
+        "`send_redirects=0`, but IPv6 redirects have no such switch.",
+        lambda d: d.only_linux_has(" redirect6 "),
+    ),
+]
+
+
+def classify(d: Diff) -> Expected | None:
+    """The expected-difference row that explains d, if one does."""
+    for row in EXPECTED:
+        if row.match(d):
+            return row
+    return None
+
+
+def compare(cfg_dict: dict, cases: Sequence[Case], linux: Sequence[Sequence[Frame]],
+            vecroute: Sequence[Sequence[Frame]]) -> list[Diff]:
+    """Every input whose two summaries differ."""
+    cfg = parse_config(cfg_dict)
+    diffs = []
+    for c, lo, vo in zip(cases, linux, vecroute, strict=True):
+        ls, vs = summarize(cfg, c, lo), summarize(cfg, c, vo)
+        if ls != vs:
+            diffs.append(Diff(c, ls, vs))
+    return diffs
+
+
+def render_expected_table() -> str:
+    """The EXPECTED table as the markdown docs/linux-differences.md carries."""
+    rows = ["| key | inputs | Linux | vecroute | why |", "|---|---|---|---|---|"]
+    for e in EXPECTED:
+        rows.append(f"| `{e.key}` | {e.inputs} | {e.linux} | {e.vecroute} | {e.reason} |")
+    return "\n".join(rows) + "\n"
+
+
+def require_root() -> None:
+    """The differential tests need root and network namespaces; without them they fail."""
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.fail("the Linux reference router needs root (network namespaces)")
+
+
+def summary_of(frames: Sequence[Frame]) -> str:
+    """Debug helper: scapy summaries of a frame list."""
+    return "; ".join(f"{n}: {Ether(d).summary()}" for n, d in frames) or "-"
+
+
+__all__ = [
+    "Case",
+    "Diff",
+    "EXPECTED",
+    "Expected",
+    "LinuxRouter",
+    "Raw",
+    "UDP",
+    "classify",
+    "compare",
+    "render_expected_table",
+    "summarize",
+    "vecroute_run",
+    "vecroute_run_cli",
+]
