@@ -60,7 +60,8 @@ RLL = {n: ll_of(m) for n, m in MAC.items()}
 
 CONFIG: dict = {
     "interfaces": [
-        {"name": "eth0", "mac": MAC["eth0"], "addresses": ["198.51.100.254/24", "2001:db8:1::1/64"]},
+        {"name": "eth0", "mac": MAC["eth0"],
+         "addresses": ["198.51.100.254/24", "2001:db8:1::1/64"]},
         {"name": "eth1", "mac": MAC["eth1"], "addresses": ["192.0.2.1/26", "2001:db8:2::1/64"]},
         {"name": "eth2", "mac": MAC["eth2"], "addresses": ["192.0.2.65/26"], "mtu": 576},
         {"name": "eth3", "mac": MAC["eth3"], "addresses": ["192.0.2.129/26", "2001:db8:3::1/64"],
@@ -211,11 +212,12 @@ def quote4(src: str, dst: str) -> bytes:
 
 def handpicked() -> list[Case]:
     """Every category of the corpus at least once, with labels that say what each tests."""
-    h4, h6, n4, n6 = "198.51.100.10", "2001:db8:1::10", "203.0.113.5", "2001:db8:100::5"
+    h4, n4 = "198.51.100.10", "203.0.113.5"
     e0 = eth("eth0")
     cases = [
         # plain forwarding and TTL / hop limit
-        C("v4-fwd-udp", "eth0", e0 / IP(src=h4, dst=n4) / UDP(sport=1000, dport=2000) / (b"x" * 20)),
+        C("v4-fwd-udp", "eth0", e0 / IP(src=h4, dst=n4) / UDP(sport=1000, dport=2000)
+          / (b"x" * 20)),
         C("v4-fwd-tcp-syn", "eth0", e0 / IP(src=h4, dst=n4) / TCP(sport=1000, dport=80)),
         C("v4-fwd-echo", "eth0", e0 / IP(src=h4, dst=n4) / ICMP(id=7, seq=1) / b"ping"),
         C("v4-fwd-back-to-eth0", "eth1", eth("eth1") / IP(src=n4, dst=h4) / UDP(sport=1, dport=2)),
@@ -261,7 +263,8 @@ def handpicked() -> list[Case]:
                                                  options=[IPOption(b"\x94\x04\x00\x00")]) / UDP()),
         C("v4-opt-unknown", "eth0", e0 / IP(src=h4, dst=n4, options=[IPOption(b"\x9e\x04\x00\x00")])
           / UDP()),
-        C("v4-opt-bad-length", "eth0", e0 / IP(src=h4, dst=n4, options=[IPOption(b"\x07\x00\x00\x00")])
+        C("v4-opt-bad-length", "eth0", e0 / IP(src=h4, dst=n4,
+                                               options=[IPOption(b"\x07\x00\x00\x00")])
           / UDP()),
         C("v4-opt-ttl-1-rr", "eth0", e0 / IP(src=h4, dst=n4, ttl=1, options=[
             IPOption(b"\x07\x07\x04" + bytes(4) + b"\x00")]) / UDP()),
@@ -280,7 +283,8 @@ def handpicked() -> list[Case]:
         C("v4-tcp-ack-router", "eth0", e0 / IP(src=h4, dst=R4["eth0"]) / TCP(dport=22, flags="A",
                                                                             seq=5, ack=9)),
         C("v4-tcp-rst-router", "eth0", e0 / IP(src=h4, dst=R4["eth0"]) / TCP(dport=22, flags="R")),
-        C("v4-other-proto-router", "eth0", e0 / IP(src=h4, dst=R4["eth0"], proto=253) / (b"\0" * 8)),
+        C("v4-other-proto-router", "eth0", e0 / IP(src=h4, dst=R4["eth0"], proto=253)
+          / (b"\0" * 8)),
         C("v4-timestamp-router", "eth0", e0 / IP(src=h4, dst=R4["eth0"]) / ICMP(type=13)
           / (b"\0" * 12)),
         C("v4-echo-limited-broadcast", "eth0", e0 / IP(src=h4, dst="255.255.255.255") / ICMP()),
@@ -364,8 +368,10 @@ def handpicked6() -> list[Case]:
         # extension headers, forwarded
         *[C(f"v6-fwd-hbh-unknown-act{a}", "eth0", e0 / ip6_packet(
             h6, n6, u, (X("hbh", (unknown_opt(a),)),))) for a in range(4)],
-        C("v6-fwd-hbh-router-alert", "eth0", e0 / ip6_packet(h6, n6, u, (X("hbh", (RouterAlert(),)),))),
-        C("v6-fwd-hbh-pad1-padn", "eth0", e0 / ip6_packet(h6, n6, u, (X("hbh", (Pad1(), PadN()),),))),
+        C("v6-fwd-hbh-router-alert", "eth0", e0 / ip6_packet(h6, n6, u,
+                                                             (X("hbh", (RouterAlert(),)),))),
+        C("v6-fwd-hbh-pad1-padn", "eth0", e0 / ip6_packet(h6, n6, u,
+                                                          (X("hbh", (Pad1(), PadN())),))),
         C("v6-fwd-hbh-too-much-padding", "eth0", e0 / ip6_packet(
             h6, n6, u, (X("hbh", (PadN(optdata=b"\0" * 12),)),))),
         C("v6-fwd-hbh-not-first", "eth0", e0 / ip6_packet(
@@ -487,7 +493,7 @@ ICMP6_TYPES = [1, 2, 3, 4, 128, 129, 139, 200]  # no ND or MLD (133-137, 130-132
 def _ip4(draw) -> tuple[str, Packet | bytes]:
     rx = draw(st.sampled_from(sorted(SRC4)))
     src = draw(st.sampled_from(SRC4[rx] + MARTIAN4[:2] + [R4["eth1"]])
-               if draw(st.integers(0, 9)) == 0 else st.sampled_from(SRC4[rx]))
+               if draw(st.integers(0, 9)) == 9 else st.sampled_from(SRC4[rx]))
     dst = draw(st.sampled_from(DST4_FWD * 3 + DST4_OTHER + MARTIAN4 + list(R4.values()) * 2))
     ttl = draw(st.sampled_from([0, 1, 2, 64, 255]))
     flags = draw(st.sampled_from(["", "DF", "MF"]))
@@ -525,7 +531,7 @@ def _ip4(draw) -> tuple[str, Packet | bytes]:
 def _ip6(draw) -> tuple[str, Packet | bytes]:
     rx = draw(st.sampled_from(sorted(SRC6)))
     src = draw(st.sampled_from(SRC6[rx] + MARTIAN6_SRC + [R6["eth1"]])
-               if draw(st.integers(0, 9)) == 0 else st.sampled_from(SRC6[rx]))
+               if draw(st.integers(0, 9)) == 9 else st.sampled_from(SRC6[rx]))
     dst = draw(st.sampled_from(DST6_FWD * 3 + DST6_OTHER + list(R6.values()) * 2
                                + [RLL[rx], RLL["eth1"]]))
     hlim = draw(st.sampled_from([0, 1, 2, 64, 255]))
@@ -539,7 +545,7 @@ def _ip6(draw) -> tuple[str, Packet | bytes]:
         st.just(Ext("ah")),
     )
     exts = tuple(draw(st.lists(ext, max_size=3)))
-    if draw(st.integers(0, 3)) == 0:
+    if draw(st.integers(0, 3)) == 3:
         exts = (Ext("hbh", draw(opts)),) + exts
     size = draw(st.sampled_from([0, 8, 100, 1200, 1300]))
     payload = bytes([draw(st.integers(0, 255))]) * size
@@ -598,7 +604,7 @@ def cases(draw) -> Case:
     """One generated input frame (valid most of the time, malformed some of the time)."""
     rx, pkt = draw(st.one_of(_ip4(), _ip6()))
     ipdst = pkt.dst
-    odd = draw(st.integers(0, 15))
+    odd = draw(st.sampled_from([9] * 13 + [0, 1, 2]))  # 0-2: an odd link-layer destination
     frame = bytearray(bytes(Ether(dst=_l2_dst(ipdst, rx, odd), src=PEER[rx]) / pkt))
     how = draw(st.sampled_from(MALFORM))
     v4 = frame[12:14] == b"\x08\x00"

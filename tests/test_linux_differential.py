@@ -1,0 +1,116 @@
+"""Differential tests: the Linux kernel, configured from the same config, is the reference.
+
+Each input goes into a Linux router in a namespace and through ``vecroute replay``; the two
+outputs are reduced to per-input summaries and compared (tests/linux_reference.py). A
+difference fails unless a row of linux_reference.EXPECTED explains it; the failure names
+the input (label, receiving interface, scapy summary, bytes) and both summaries.
+
+A bounded corpus: the hand-picked cases of tests/linux_corpus.py (every category at least
+once) and a derandomized hypothesis sample. ``python -m bench.linux_differential`` runs a
+larger one and prints every difference.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from linux_corpus import CONFIG, generate, handpicked
+from linux_reference import (
+    DROPPED,
+    Case,
+    Diff,
+    LinuxRouter,
+    classify,
+    compare,
+    render_expected_table,
+    require_root,
+    summarize,
+    vecroute_run,
+)
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from vecroute.control.config import parse_config
+
+pytestmark = pytest.mark.netns
+
+GENERATED = 120  # hypothesis examples per run (derandomized: the same every run)
+DOC = Path(__file__).resolve().parents[1] / "docs" / "linux-differences.md"
+HANDPICKED = handpicked()
+
+
+@pytest.fixture(scope="module")
+def linux():
+    require_root()
+    with LinuxRouter(CONFIG) as lr:
+        yield lr
+
+
+def run_both(linux: LinuxRouter, cases: list[Case], workdir: Path) -> list[Diff]:
+    lin = linux.run(cases)
+    assert linux.lost_markers == 0, f"{linux.lost_markers} marker replies never came back"
+    return compare(CONFIG, cases, lin, vecroute_run(CONFIG, cases, workdir))
+
+
+def unexpected(diffs: list[Diff]) -> list[Diff]:
+    return [d for d in diffs if classify(d) is None]
+
+
+@pytest.fixture(scope="module")
+def handpicked_diffs(linux, tmp_path_factory) -> dict[str, Diff]:
+    diffs = run_both(linux, HANDPICKED, tmp_path_factory.mktemp("handpicked"))
+    return {d.case.label: d for d in diffs}
+
+
+def test_reference_router_works(linux):
+    """The harness itself: Linux forwards, answers and errs as a router should, so that
+    'no difference' means something."""
+    cfg = parse_config(CONFIG)
+    frame = Ether(dst="02:00:00:00:00:01", src="02:00:00:00:aa:10")
+    cases = [
+        Case("fwd", "eth0", bytes(frame / IP(src="198.51.100.10", dst="203.0.113.5") / UDP())),
+        Case("ttl", "eth0", bytes(frame / IP(src="198.51.100.10", dst="203.0.113.5", ttl=1)
+                                  / UDP())),
+    ]
+    fwd, ttl = (summarize(cfg, c, linux.send(c)) for c in cases)
+    assert fwd[0].startswith("eth1 fwd ttl=63 "), fwd
+    assert ttl[0].startswith("eth0 icmp4 11/0 src=198.51.100.254 "), ttl
+
+
+def test_labels_are_unique():
+    labels = [c.label for c in HANDPICKED]
+    assert len(labels) == len(set(labels))
+
+
+@pytest.mark.parametrize("label", [c.label for c in HANDPICKED])
+def test_handpicked(handpicked_diffs, label):
+    d = handpicked_diffs.get(label)
+    if d is not None and classify(d) is None:
+        pytest.fail(f"unexpected difference with Linux: {d.line()}", pytrace=False)
+
+
+def test_generated_corpus(linux, tmp_path):
+    cases = generate(GENERATED)
+    bad = unexpected(run_both(linux, cases, tmp_path))
+    if bad:
+        pytest.fail(f"{len(bad)} of {len(cases)} generated inputs differ from Linux:\n"
+                    + "\n".join(d.line() for d in bad), pytrace=False)
+
+
+def test_expected_rows_are_narrow():
+    """A row must not explain an input both routers drop, nor a made-up difference."""
+    for c in HANDPICKED[:5]:
+        d = Diff(c, DROPPED, ("eth9 nothing",))
+        assert classify(d) is None, (classify(d), c.label)
+
+
+def test_docs_carry_the_expected_table():
+    text = DOC.read_text()
+    m = re.search(r"<!-- expected:begin -->\n(.*?)<!-- expected:end -->", text, re.S)
+    assert m, f"{DOC}: no <!-- expected:begin --> ... <!-- expected:end --> block"
+    assert m.group(1) == render_expected_table(), (
+        f"{DOC} is out of step with linux_reference.EXPECTED: paste "
+        "render_expected_table() between the markers"
+    )
