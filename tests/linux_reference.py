@@ -180,6 +180,7 @@ class LinuxRouter:
         with entered(rt):
             self._netstat = open("/proc/thread-self/net/netstat", "rb", buffering=0)  # noqa: SIM115
         self.no_route_waits = 0
+        self.resolutions = 0
         self._bucket: dict[str, tuple[float, float]] = {}
         self.markers = {itf.name: _marker_template(self.cfg, itf.name) for itf in cfg.interfaces}
         _wait_link_local(rt, [i.name for i in cfg.interfaces if i.mtu >= 1280])
@@ -273,7 +274,15 @@ class LinuxRouter:
                     else:
                         got.append(f)
         got += [f for f in self._drain(0.002) if not _is_marker_reply(f[1], self.seq)]
-        return _strip_chatter(got)
+        got = _strip_chatter(got)
+        if any(_resolving(d) for _, d in got):
+            # the input needs a neighbour nobody configured: fail the resolution now, so
+            # that the queued packet's host/address unreachable comes in this window
+            # rather than ~3 s later in another one, and no retransmission follows
+            ip("neigh", "flush", "nud", "incomplete", ns=self.rt, check=False)
+            got += _strip_chatter(self._drain(0.02))
+            self.resolutions += 1
+        return got
 
     def run(self, cases: Sequence[Case]) -> list[list[Frame]]:
         """Every case, one at a time: the frames each caused."""
@@ -354,8 +363,19 @@ def _is_marker_reply(data: bytes, seq: int) -> bool:
     return MARKER_MAGIC + struct.pack("!I", seq) in data
 
 
+def _resolving(data: bytes) -> bool:
+    """An ARP request or a neighbour solicitation."""
+    et = int.from_bytes(data[12:14], "big")
+    if et == 0x0806:
+        return data[20:22] == b"\x00\x01"
+    if et == 0x86DD and len(data) >= 56:
+        _, nh, l4 = walk6(data[14:])
+        return nh == 58 and data[14 + l4] == 135
+    return False
+
+
 def _strip_chatter(frames: list[Frame]) -> list[Frame]:
-    """The kernel's own traffic that no input caused: ARP requests, ND/MLD, IGMP, and the
+    """The kernel's own traffic that no input caused: MLD, RS/RA/NA, IGMP, and the
     reassembly-timeout errors that come 30 s after an incomplete fragment set (vecroute
     does not reassemble: those fragments are dropped at once, listed in the docs)."""
     return [f for f in frames if not _chatter(f[1])]
@@ -366,7 +386,7 @@ def _chatter(data: bytes) -> bool:
         return False
     et = int.from_bytes(data[12:14], "big")
     if et == 0x0806:
-        return len(data) >= 22 and data[20:22] == b"\x00\x01"  # our own ARP requests
+        return False  # requests are caused by an input (every configured neighbour is permanent)
     if MARKER_MAGIC in data:
         return True  # a marker reply that arrived late (after its window)
     if et == 0x0800 and len(data) >= 34:
@@ -381,8 +401,8 @@ def _chatter(data: bytes) -> bool:
         _, nh, l4 = walk6(data[14:])
         if nh == 58 and l4 + 2 <= len(data) - 14:
             t, code = data[14 + l4], data[15 + l4]
-            if t in (130, 131, 132, 133, 134, 135, 136, 143):
-                return True  # MLD and neighbour discovery (redirects, 137, are compared)
+            if t in (130, 131, 132, 133, 134, 136, 143):
+                return True  # MLD, RS/RA, NA (solicitations and redirects are compared)
             if t == 3 and code == 1:
                 return True  # reassembly time exceeded
     return False
@@ -506,7 +526,7 @@ def frame_summary(cfg: Config, case: Case, name: str, data: bytes) -> str:
     dmac = e.dst
     if ARP in e:
         a = e[ARP]
-        return f"{name} arp op={a.op} psrc={a.psrc} pdst={a.pdst} hwdst={a.hwdst}"
+        return f"{name} arp op={a.op} psrc={a.psrc} pdst={a.pdst} dmac={dmac}"
     if e.type == 0x0800 and IP in e:
         p = e[IP]
         raw = bytes(p)[: p.len] if p.len else bytes(p)
@@ -570,6 +590,9 @@ def frame_summary(cfg: Config, case: Case, name: str, data: bytes) -> str:
                     f" nh={chain}")
         if typ == 137:
             return f"{name} redirect6 src={p.src} dst={p.dst}"
+        if typ == 135 and l4 + 24 <= len(raw):
+            tgt = ipaddress.IPv6Address(raw[l4 + 8:l4 + 24])
+            return f"{name} ns target={tgt} src={p.src} dst={p.dst} hlim={p.hlim}"
         if nh == 6 and l4 + 14 <= len(raw):
             flags = TCP(raw[l4:]).flags
             return f"{name} tcp6 src={p.src} dst={p.dst} flags={flags} hlim={p.hlim}"
@@ -595,6 +618,7 @@ class Diff:
     case: Case
     linux: Summary
     vecroute: Summary
+    cfg: Config | None = None
     pkt: Ether = field(init=False)
 
     def __post_init__(self) -> None:
@@ -679,6 +703,55 @@ def _martian4(d: Diff, net: str, exclude: str = "") -> bool:
     return bool(hit) and d.vecroute == DROPPED and d.linux != DROPPED
 
 
+def _linux_rejects_options(opts: bytes) -> bool:
+    """Would Linux's ip_options_compile() refuse these options, or its
+    accept_source_route=0 drop the packet? (Malformed lengths, record-route and timestamp
+    pointers below their minimum, loose or strict source routes.)"""
+    i = 0
+    while i < len(opts):
+        t = opts[i]
+        if t == 0:
+            return False
+        if t == 1:
+            i += 1
+            continue
+        if i + 1 >= len(opts):
+            return True
+        ln = opts[i + 1]
+        if ln < 2 or i + ln > len(opts):
+            return True
+        if t in (0x83, 0x89):
+            return True
+        if t == 7 and (ln < 3 or opts[i + 2] < 4):
+            return True
+        if t == 0x44 and (ln < 4 or opts[i + 2] < 5):
+            return True
+        i += ln
+    return False
+
+
+def _frag_sets(s: Summary) -> bool:
+    return bool(s) and all(" fwd " in x and " frag=" in x for x in s)
+
+
+def _first_fragment(s: Summary) -> Summary:
+    return _without(tuple(x for x in s if " frag=0+" in x), "body")
+
+
+def _network_address(d: Diff) -> bool:
+    """The input's destination is the all-zeros host of one of the router's subnets."""
+    p = d.v4
+    if p is None or d.cfg is None:
+        return False
+    a = ipaddress.ip_address(p.dst)
+    return any(x.version == 4 and x.network.prefixlen <= 30 and a == x.network.network_address
+               for i in d.cfg.interfaces for x in i.addresses)
+
+
+def _unreachables(s: Summary) -> Summary:
+    return tuple(x for x in s if " icmp4 3/1 " not in x and " icmp6 1/3 " not in x)
+
+
 @dataclass(frozen=True)
 class Expected:
     """A deliberate difference: which inputs, what each router does, and why."""
@@ -706,13 +779,13 @@ EXPECTED: list[Expected] = [
         lambda d: _martian4(d, "240.0.0.0/4", "255.255.255.255"),
     ),
     Expected(
-        "zeronet-source",
-        "IPv4 from 0.0.0.0/8",
-        "forwards it (0/8 is unicast since Linux 5.3)",
-        "drops it (`martian-source`)",
-        "RFC 1812 5.3.7: a router must not forward a packet from {0, host} addresses.",
-        lambda d: d.v4 is not None and _in(d.v4.src, ["0.0.0.0/8"])
-        and d.vecroute == DROPPED and d.linux != DROPPED,
+        "zeronet",
+        "IPv4 from or to 0.0.0.0/8 (0.0.0.0 itself aside)",
+        "routes it like unicast (0/8 is unicast since Linux 5.3): forwards it, or answers "
+        "no route",
+        "drops it (`martian-source` / martian destination)",
+        "RFC 1812 5.3.7 and 4.2.2.11: {0, host} addresses are not forwarded.",
+        lambda d: _martian4(d, "0.0.0.0/8", "0.0.0.0"),
     ),
     Expected(
         "link-local-169-254",
@@ -735,8 +808,45 @@ EXPECTED: list[Expected] = [
         lambda d: bool(_ip4_opts(d)) and (
             _without(d.linux, "body", "ihl", "quote") == _without(d.vecroute, "body", "ihl",
                                                                    "quote")
-            or (any(" icmp4 12/" in x for x in d.linux) and _fwd(d.vecroute))
-            or (d.linux == DROPPED and _ip4_opts(d)[0] in (0x83, 0x89))),
+            or (_linux_rejects_options(_ip4_opts(d))
+                and (d.linux == DROPPED or all(" icmp4 12/" in x for x in d.linux)))),
+    ),
+    Expected(
+        "ip4-frag-options",
+        "IPv4 with options that are not copied on fragmentation (record route, timestamp), "
+        "fragmented on a smaller MTU",
+        "keeps the header length in later fragments (ip_options_fragment() overwrites the "
+        "options with NOPs), so the fragments are cut at other offsets",
+        "leaves the options out of later fragments (20-byte header)",
+        "RFC 791 3.2: options whose copy flag is clear go in the first fragment only; both "
+        "fragment sets reassemble to the same packet.",
+        lambda d: bool(_ip4_opts(d)) and _frag_sets(d.linux) and _frag_sets(d.vecroute)
+        and len(_first_fragment(d.linux)) == 1
+        and _first_fragment(d.linux) == _first_fragment(d.vecroute),
+    ),
+    Expected(
+        "network-address",
+        "IPv4 to the network (all-zeros host) address of a connected subnet up to /30",
+        "sends it on the link: ARP request, then host unreachable when nobody answers",
+        "drops it (`blackhole`: the subnet's network and broadcast addresses get drop "
+        "routes)",
+        "docs/config.md: RFC 1812 4.2.3.1 / 5.3.5: {net, 0} is an obsolete broadcast form "
+        "and is not forwarded.",
+        lambda d: _network_address(d) and d.vecroute == DROPPED and d.linux != DROPPED,
+    ),
+    Expected(
+        "neighbour-unresolved",
+        "a packet to a next hop with no neighbour entry (the corpus only has such next hops "
+        "where vecroute and Linux disagree on what an address is)",
+        "queues the packet, sends ARP / NS; when resolution fails (the harness fails it at "
+        "once) host unreachable / address unreachable",
+        "offline replay drops it (`neighbor-incomplete`) and sends one ARP / NS; live it "
+        "queues it too",
+        "Replay has no time to wait for an answer; the unreachable of a failed resolution "
+        "belongs to the live control plane.",
+        lambda d: bool(d.vecroute) and d.vecroute != DROPPED
+        and any(" arp op=1 " in x or " ns target=" in x for x in d.vecroute)
+        and _unreachables(d.linux) == d.vecroute,
     ),
     Expected(
         "fragment-to-router",
@@ -750,14 +860,41 @@ EXPECTED: list[Expected] = [
         "link-local-source-forwarded",
         "IPv6 from a link-local source to a destination that is not on the link",
         "ICMPv6 destination unreachable code 2 (beyond scope of source), or time "
-        "exceeded when the hop limit ran out first",
+        "exceeded when the hop limit ran out first; forwards it when it goes back out of "
+        "the interface it came in on",
         "drops it (`ip6-link-local`), no error",
-        "A documented limit (docs/architecture.md): the RFC 4443 3.1 code-2 error is "
+        "A documented limit (docs/architecture.md): a link-local source is never "
+        "forwarded, not even back onto its own link, and the RFC 4443 3.1 code-2 error is "
         "not sent.",
         lambda d: d.v6 is not None and _in(d.v6.src, ["fe80::/10"])
-        and d.vecroute == DROPPED and bool(d.linux)
-        and all((" icmp6 1/2 " in x or " icmp6 3/0 " in x) and f" dst={d.v6.src} " in x
-                for x in d.linux),
+        and not _in(d.v6.dst, ["fe80::/10", "ff00::/8"]) and d.vecroute == DROPPED
+        and bool(d.linux) and all(
+            ((" icmp6 1/2 " in x or " icmp6 3/0 " in x) and f" dst={d.v6.src} " in x)
+            or (" fwd " in x and x.split()[0] == d.case.rx) for x in d.linux),
+    ),
+    Expected(
+        "link-local-destination",
+        "IPv6 to a link-local address that is not the receiving interface's own",
+        "sends it back onto the link it came from: NS for it, address unreachable when "
+        "nobody answers (time exceeded at hop limit 1)",
+        "drops it (`ip6-link-local`)",
+        "ip6-input: link-local destinations are never routed (RFC 4291 2.5.6: such packets "
+        "are not forwarded); a router has no business relaying on-link traffic.",
+        lambda d: d.v6 is not None and _in(d.v6.dst, ["fe80::/10"]) and d.vecroute == DROPPED
+        and d.linux != DROPPED and all(
+            x.split()[0] == d.case.rx and (" ns target=" in x or " icmp6 1/3 " in x
+                                           or " icmp6 3/0 " in x or " fwd " in x
+                                           or " redirect6 " in x) for x in d.linux),
+    ),
+    Expected(
+        "unspecified-source",
+        "IPv6 from :: (unspecified) to be forwarded",
+        "forwards it (ip6_forward() only checks the source when the packet goes back out "
+        "of its own interface)",
+        "drops it (`ip6-bad-source`)",
+        "RFC 4291 2.5.2: a packet with the unspecified source must never be forwarded.",
+        lambda d: d.v6 is not None and d.v6.src == "::" and d.vecroute == DROPPED
+        and _fwd(d.linux),
     ),
     Expected(
         "srh-at-router",
@@ -805,10 +942,12 @@ EXPECTED: list[Expected] = [
     Expected(
         "hbh-not-first",
         "forwarded IPv6 whose hop-by-hop header is not the first extension header",
-        "forwards it (only the destination would object)",
+        "forwards it (only the destination would object: there, parameter problem code 1)",
         "drops it (`ip6-bad-ext-header`)",
         "RFC 8200 4.1: hop-by-hop options must immediately follow the IPv6 header.",
-        lambda d: 0 in _ip6_chain(d)[1:] and d.vecroute == DROPPED and _fwd(d.linux),
+        lambda d: 0 in _ip6_chain(d)[1:] and d.vecroute == DROPPED and d.linux != DROPPED
+        and all(" fwd " in x or " icmp6 3/0 " in x or " icmp6 2/0 " in x
+                or " icmp6 4/1 " in x for x in d.linux),
     ),
 ]
 
@@ -829,7 +968,7 @@ def compare(cfg_dict: dict, cases: Sequence[Case], linux: Sequence[Sequence[Fram
     for c, lo, vo in zip(cases, linux, vecroute, strict=True):
         ls, vs = summarize(cfg, c, lo), summarize(cfg, c, vo)
         if ls != vs:
-            diffs.append(Diff(c, ls, vs))
+            diffs.append(Diff(c, ls, vs, cfg))
     return diffs
 
 
