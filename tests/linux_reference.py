@@ -609,10 +609,17 @@ def frame_summary(cfg: Config, case: Case, name: str, data: bytes) -> str:
 
 
 def summarize(cfg: Config, case: Case, frames: Sequence[Frame]) -> Summary:
-    """What one input caused, order-free: sorted frame summaries, or ``("dropped",)``."""
+    """What one input caused, order-free: sorted frame summaries, or ``("dropped",)``.
+    A frame whose source MAC is not its interface's says so (``smac=``)."""
     if not frames:
         return DROPPED
-    return tuple(sorted(frame_summary(cfg, case, n, d) for n, d in frames))
+    macs = {i.name: format_mac(i.mac) for i in cfg.interfaces if i.mac is not None}
+    out = []
+    for n, d in frames:
+        s = frame_summary(cfg, case, n, d)
+        src = ":".join(f"{b:02x}" for b in d[6:12])
+        out.append(s if src == macs.get(n) else f"{s} smac={src}")
+    return tuple(sorted(out))
 
 
 # --- the expected differences --------------------------------------------------------------
