@@ -536,7 +536,7 @@ def frame_summary(cfg: Config, case: Case, name: str, data: bytes) -> str:
         return f"{name} arp op={a.op} psrc={a.psrc} pdst={a.pdst} dmac={dmac}"
     if e.type == 0x0800 and IP in e:
         p = e[IP]
-        raw = bytes(p)[: p.len] if p.len else bytes(p)
+        raw = data[14 : 14 + p.len] if p.len else data[14:]  # the wire bytes, not scapy's
         tot = p.len
         ihl = p.ihl * 4
         same_flow = in_ip4 is not None and p.src == in_ip4.src and p.dst == in_ip4.dst
@@ -568,7 +568,7 @@ def frame_summary(cfg: Config, case: Case, name: str, data: bytes) -> str:
         return f"{name} ip4 proto={p.proto} src={p.src} dst={p.dst} ttl={p.ttl} len={tot}"
     if e.type == 0x86DD and IPv6 in e:
         p = e[IPv6]
-        raw = bytes(p)[: 40 + p.plen]
+        raw = data[14 : 14 + 40 + p.plen]
         chain_list, nh, l4 = walk6(raw)
         chain = ",".join(str(x) for x in chain_list)
         typ = raw[l4] if nh == 58 and l4 < len(raw) else -1

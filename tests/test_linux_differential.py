@@ -29,7 +29,7 @@ from linux_reference import (
     summarize,
     vecroute_run,
 )
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
 
 from vecroute.control.config import parse_config
@@ -114,3 +114,32 @@ def test_docs_carry_the_expected_table():
         f"{DOC} is out of step with linux_reference.EXPECTED: paste "
         "render_expected_table() between the markers"
     )
+
+
+def test_normaliser_sees_what_matters():
+    """The summary changes with the TTL, the interface, the next-hop MAC, the payload and an
+    ICMP error's source; it does not change with the IP id or checksums."""
+    cfg = parse_config(CONFIG)
+    inp = IP(src="198.51.100.10", dst="203.0.113.5", ttl=64, id=1) / UDP() / b"data"
+    case = Case("x", "eth0", bytes(Ether(dst="02:00:00:00:00:01") / inp))
+
+    def out(ifname="eth1", dst="02:00:00:00:bb:02", **kw) -> str:
+        p = inp.copy()
+        p.ttl = 63
+        for k, v in kw.items():
+            setattr(p[UDP] if k == "sport" else p, k, v)
+        frame = bytes(Ether(dst=dst, src="02:00:00:00:00:02") / p)
+        return summarize(cfg, case, [(ifname, frame)])[0]
+
+    base = out()
+    assert base.startswith("eth1 fwd ttl=63 len=32 dmac=02:00:00:00:bb:02 "), base
+    assert out(id=999) == base and out(chksum=0x1234) == base
+    assert out(ttl=62) != base and out(ifname="eth3") != base
+    assert out(dst="02:00:00:00:bb:03") != base and out(sport=7) != base
+    err = Ether(src="02:00:00:00:00:01") / IP(src="198.51.100.254", dst="198.51.100.10") / ICMP(
+        type=11, code=0) / bytes(inp)
+    other = err.copy()
+    other[IP].src = "192.0.2.1"
+    assert summarize(cfg, case, [("eth0", bytes(err))]) != summarize(
+        cfg, case, [("eth0", bytes(other))])
+    assert "quote=32" in summarize(cfg, case, [("eth0", bytes(err))])[0]
