@@ -645,6 +645,11 @@ class Diff:
 
     # helpers for matchers
     @property
+    def l2_unicast(self) -> bool:
+        """The frame went to a unicast MAC (Linux treats anything else as not for it)."""
+        return not self.case.frame[0] & 1
+
+    @property
     def v4(self) -> IP | None:
         return self.pkt[IP] if IP in self.pkt else None
 
@@ -835,7 +840,7 @@ EXPECTED: list[Expected] = [
         lambda d: bool(_ip4_opts(d)) and (
             _without(d.linux, "body", "ihl", "quote", "len")
             == _without(d.vecroute, "body", "ihl", "quote", "len")
-            or (_linux_rejects_options(_ip4_opts(d))
+            or (_linux_rejects_options(_ip4_opts(d)) and d.l2_unicast
                 and (d.linux == DROPPED or all(" icmp4 12/" in x for x in d.linux)))),
     ),
     Expected(
@@ -946,7 +951,8 @@ EXPECTED: list[Expected] = [
         "everywhere else.",
         lambda d: d.linux == DROPPED and d.pkt.haslayer("IPv6ExtHdrSegmentRouting")
         and len(d.vecroute) == 1 and (" icmp6 4/0 " in d.vecroute[0]
-                                      or " echo-reply6 " in d.vecroute[0]),
+                                      or (" echo-reply6 " in d.vecroute[0]
+                                          and d.vecroute[0].endswith(" nh=58"))),
     ),
     Expected(
         "redirect6",

@@ -36,7 +36,7 @@ from vecroute.control.config import parse_config
 
 pytestmark = pytest.mark.netns
 
-GENERATED = 120  # hypothesis examples per run (derandomized: the same every run)
+GENERATED = 300  # hypothesis examples per run (derandomized: the same every run)
 DOC = Path(__file__).resolve().parents[1] / "docs" / "linux-differences.md"
 HANDPICKED = handpicked()
 
