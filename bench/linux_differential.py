@@ -2,6 +2,10 @@
 
     python -m bench.linux_differential [--examples N] [--seed S] [--no-handpicked]
                                        [--cli] [--out DIR] [--json]
+    python -m bench.linux_differential --update-docs
+
+``--update-docs`` rewrites the table in docs/linux-differences.md from
+linux_reference.EXPECTED (after editing a row) and exits; no root needed.
 
 Needs root (network namespaces, veth), iproute2 and the test extras (scapy, hypothesis).
 Builds the Linux router of tests/linux_corpus.CONFIG in a namespace
@@ -31,10 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from linux_corpus import CONFIG, generate, handpicked  # noqa: E402
 from linux_reference import (  # noqa: E402
+    EXPECTED,
     Diff,
     LinuxRouter,
     classify,
     compare,
+    render_expected_table,
     vecroute_run,
     vecroute_run_cli,
     write_pcap,
@@ -60,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cli", action="store_true", help="run `vecroute replay` as a command")
     ap.add_argument("--out", type=Path, default=None, help="write report.txt and pcaps here")
     ap.add_argument("--json", action="store_true", help="print the differences as JSON")
+    ap.add_argument("--update-docs", action="store_true",
+                    help="rewrite the table in docs/linux-differences.md from EXPECTED")
     a = ap.parse_args(argv)
+    if a.update_docs:
+        return _update_docs()
 
     cases = [] if a.no_handpicked else handpicked()
     t0 = time.perf_counter()
@@ -131,6 +141,20 @@ def main(argv: list[str] | None = None) -> int:
         for rx, frames in per_rx.items():
             write_pcap(a.out / f"unexpected-{rx}.pcap", frames)
     return 1 if bad else 0
+
+
+def _update_docs() -> int:
+    doc = Path(__file__).resolve().parents[1] / "docs" / "linux-differences.md"
+    text = doc.read_text()
+    begin, end = "<!-- expected:begin -->\n", "<!-- expected:end -->"
+    if begin not in text or end not in text:
+        print(f"{doc}: no {begin.strip()} ... {end} block", file=sys.stderr)
+        return 2
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(head + begin + render_expected_table() + end + tail)
+    print(f"{doc}: table rewritten ({len(EXPECTED)} rows)")
+    return 0
 
 
 def _toml(cfg: dict) -> str:

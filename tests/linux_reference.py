@@ -797,7 +797,8 @@ class Expected:
 
 
 # The one table of deliberate differences. docs/linux-differences.md renders it (a test
-# keeps the two in step: after editing a row, paste render_expected_table() there). A row
+# keeps the two in step: after editing a row, run python -m bench.linux_differential
+# --update-docs). A row
 # explains a Diff when its match() is true; keep matches narrow, so that a new difference
 # on the same packets still fails.
 EXPECTED: list[Expected] = [

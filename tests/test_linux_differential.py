@@ -111,8 +111,8 @@ def test_docs_carry_the_expected_table():
     m = re.search(r"<!-- expected:begin -->\n(.*?)<!-- expected:end -->", text, re.S)
     assert m, f"{DOC}: no <!-- expected:begin --> ... <!-- expected:end --> block"
     assert m.group(1) == render_expected_table(), (
-        f"{DOC} is out of step with linux_reference.EXPECTED: paste "
-        "render_expected_table() between the markers"
+        f"{DOC} is out of step with linux_reference.EXPECTED: run "
+        "python -m bench.linux_differential --update-docs"
     )
 
 
