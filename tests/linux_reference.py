@@ -37,13 +37,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scapy.layers.inet import ICMP, IP, TCP, UDP, IPerror
+from scapy.layers.inet import ICMP, IP, TCP, IPerror
 from scapy.layers.inet6 import (
     ICMPv6EchoRequest,
     IPv6,
 )
 from scapy.layers.l2 import ARP, Ether
-from scapy.packet import Raw
 
 from vecroute.control.config import Config, format_mac, parse_config
 from vecroute.io.netns import Lab, LabError, entered, ip, run_in
@@ -561,7 +560,9 @@ def frame_summary(cfg: Config, case: Case, name: str, data: bytes) -> str:
                 if IPerror in ic:
                     base += f" qttl={ic[IPerror].ttl}"
                 return base
-            return base + f" len={tot} dmac={dmac}"
+            # echo replies: id, sequence and data must come back unchanged
+            body = f" data={_digest(raw[ihl + 4:])}" if ic.type == 0 else ""
+            return base + f" len={tot} dmac={dmac}{body}"
         if p.proto == 6 and TCP in p:
             t = p[TCP]
             return f"{name} tcp src={p.src} dst={p.dst} flags={t.flags} ttl={p.ttl}"
@@ -594,7 +595,7 @@ def frame_summary(cfg: Config, case: Case, name: str, data: bytes) -> str:
             return s
         if typ == 129:
             return (f"{name} echo-reply6 src={p.src} dst={p.dst} hlim={p.hlim} plen={p.plen}"
-                    f" nh={chain}")
+                    f" data={_digest(raw[l4 + 4:])} nh={chain}")
         if typ == 137:
             return f"{name} redirect6 src={p.src} dst={p.dst}"
         if typ == 135 and l4 + 24 <= len(raw):
@@ -1035,19 +1036,12 @@ def require_root() -> None:
         pytest.fail("the Linux reference router needs root (network namespaces)")
 
 
-def summary_of(frames: Sequence[Frame]) -> str:
-    """Debug helper: scapy summaries of a frame list."""
-    return "; ".join(f"{n}: {Ether(d).summary()}" for n, d in frames) or "-"
-
-
 __all__ = [
     "Case",
     "Diff",
     "EXPECTED",
     "Expected",
     "LinuxRouter",
-    "Raw",
-    "UDP",
     "classify",
     "compare",
     "render_expected_table",
