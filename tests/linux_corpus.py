@@ -41,6 +41,8 @@ from scapy.layers.inet6 import (
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Packet, Raw
 
+from vecroute.control.config import InterfaceConfig
+
 # --- the router under test ----------------------------------------------------------------
 
 MAC = {f"eth{i}": f"02:00:00:00:00:0{i + 1}" for i in range(4)}
@@ -95,6 +97,15 @@ CONFIG: dict = {
     ],
     "icmp": {"rate": 100000, "burst": 100000},
 }
+
+# IPv4 redirects (the per-interface `redirects` key, where this vecroute has it) are off in
+# the corpus: Linux limits them per source with an exponential back-off (20 ms << n, at
+# most 9, then 20 s of silence: net.ipv4.route.redirect_*, global sysctls), which no packet-
+# by-packet comparison can follow. test_ipv4_redirect compares one with both switched on.
+REDIRECTS_KEY = "redirects" in InterfaceConfig.__dataclass_fields__
+if REDIRECTS_KEY:
+    for _itf in CONFIG["interfaces"]:
+        _itf["redirects"] = False
 
 PEER = {"eth0": H0, "eth1": N1, "eth2": N2, "eth3": N3}  # the MAC a frame on each link comes from
 # sources that are neighbours or routed through one, per receiving interface

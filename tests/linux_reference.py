@@ -120,7 +120,7 @@ class LinuxRouter:
                 rt,
                 f"net.ipv4.conf.{fam}.forwarding=1",
                 f"net.ipv4.conf.{fam}.rp_filter=0",
-                f"net.ipv4.conf.{fam}.send_redirects=0",  # vecroute sends no redirects
+                f"net.ipv4.conf.{fam}.send_redirects=0",  # per interface below
                 f"net.ipv4.conf.{fam}.accept_redirects=0",
                 f"net.ipv4.conf.{fam}.log_martians=0",
                 f"net.ipv6.conf.{fam}.forwarding=1",
@@ -151,6 +151,10 @@ class LinuxRouter:
             ip("link", "set", "dev", b, "mtu", str(PEER_MTU), "promisc", "on", "up", ns=peer)
             self.peer_if[itf.name] = b
         for itf in cfg.interfaces:
+            # vecroute's per-interface `redirects` (IPv4 host redirects; default true where
+            # the key exists) is Linux's send_redirects ("all" is 0: the interface decides)
+            _sysctl(rt, f"net.ipv4.conf.{itf.name}.send_redirects="
+                        f"{int(getattr(itf, 'redirects', False))}")
             ip("link", "set", "dev", itf.name, "up", ns=rt)
             for addr in itf.addresses:
                 if addr.version == 4:
@@ -557,6 +561,8 @@ def frame_summary(cfg: Config, case: Case, name: str, data: bytes) -> str:
                     base += f" mtu={ic.nexthopmtu}"
                 if ic.type == 12:
                     base += f" ptr={ic.ptr}"
+                if ic.type == 5:
+                    base += f" gw={ic.gw}"
                 if IPerror in ic:
                     base += f" qttl={ic[IPerror].ttl}"
                 return base
@@ -961,8 +967,9 @@ EXPECTED: list[Expected] = [
         "IPv6 that leaves by the interface it came in on",
         "also sends an ICMPv6 redirect (no sysctl turns it off)",
         "no redirect",
-        "vecroute sends no redirects; the harness sets Linux's IPv4 `send_redirects=0`, "
-        "IPv6 has no such switch.",
+        "vecroute sends no IPv6 redirects (RFC 4861 8.2: a router SHOULD); IPv4 redirects "
+        "follow the interface's `redirects` key on both routers (Linux `send_redirects`), "
+        "IPv6 ones have no such switch in Linux.",
         lambda d: d.only_linux_has(" redirect6 "),
     ),
     Expected(

@@ -12,11 +12,12 @@ larger one and prints every difference.
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
 import pytest
-from linux_corpus import CONFIG, generate, handpicked
+from linux_corpus import CONFIG, REDIRECTS_KEY, generate, handpicked
 from linux_reference import (
     DROPPED,
     Case,
@@ -143,3 +144,24 @@ def test_normaliser_sees_what_matters():
     assert summarize(cfg, case, [("eth0", bytes(err))]) != summarize(
         cfg, case, [("eth0", bytes(other))])
     assert "quote=32" in summarize(cfg, case, [("eth0", bytes(err))])[0]
+
+
+def test_ipv4_redirect(tmp_path):
+    """A packet that leaves by the interface it came in on, towards a next hop on its
+    source's subnet: with redirects on (where vecroute has the key), both routers forward
+    it and send the same host redirect; without the key neither sends one. A fresh Linux
+    router, because Linux backs off per source after its first redirect."""
+    require_root()
+    config = copy.deepcopy(CONFIG)
+    for itf in config["interfaces"]:
+        if REDIRECTS_KEY:
+            itf["redirects"] = True
+    hairpin = [c for c in HANDPICKED if c.label == "v4-hairpin"]
+    with LinuxRouter(config) as lr:
+        lin = lr.run(hairpin)
+    diffs = compare(config, hairpin, lin, vecroute_run(config, hairpin, tmp_path))
+    assert not unexpected(diffs), diffs[0].line()
+    cfg = parse_config(config)
+    got = summarize(cfg, hairpin[0], lin[0])
+    assert any(" fwd " in x for x in got), got
+    assert any(" icmp4 5/1 " in x for x in got) == REDIRECTS_KEY, got
