@@ -813,7 +813,7 @@ EXPECTED: list[Expected] = [
         "reserved-240",
         "IPv4 from or to 240.0.0.0/4 (255.255.255.255 aside)",
         "routes it like unicast (forwards, or answers TTL expiry)",
-        "drops it",
+        "drops it (`martian-source` / `martian-destination`)",
         "RFC 1812 5.3.7 / 4.2.2.11: class E addresses are not forwarded; Linux has treated "
         "240/4 as unicast since 2.6.25.",
         lambda d: _martian4(d, "240.0.0.0/4", "255.255.255.255"),
@@ -823,15 +823,27 @@ EXPECTED: list[Expected] = [
         "IPv4 from or to 0.0.0.0/8 (0.0.0.0 itself aside)",
         "routes it like unicast (0/8 is unicast since Linux 5.3): forwards it, or answers "
         "no route",
-        "drops it (`martian-source` / martian destination)",
+        "drops it (`martian-source` / `martian-destination`)",
         "RFC 1812 5.3.7 and 4.2.2.11: {0, host} addresses are not forwarded.",
         lambda d: _martian4(d, "0.0.0.0/8", "0.0.0.0"),
+    ),
+    Expected(
+        "icmp4-error-source",
+        "IPv4 to one router address that is answered with an ICMP error leaving by another "
+        "interface (UDP to a closed port of eth1's address, received on eth0)",
+        "sends the error from the address the packet was sent to",
+        "sends it from the first address of the interface the error leaves by",
+        "RFC 1812 4.3.2.4: a router's ICMP message comes from an address of the interface "
+        "it is sent on (docs/config.md); Linux follows the host rule.",
+        lambda d: d.v4 is not None and len(d.linux) == len(d.vecroute) == 1
+        and " icmp4 " in d.linux[0] and f" src={d.v4.dst} " in d.linux[0]
+        and _without(d.linux, "src") == _without(d.vecroute, "src"),
     ),
     Expected(
         "link-local-169-254",
         "IPv4 from or to 169.254.0.0/16",
         "forwards it",
-        "drops it",
+        "drops it (`ip4-link-local`)",
         "RFC 3927 2.7: a router must not forward a packet with an IPv4 link-local source "
         "or destination.",
         lambda d: _martian4(d, "169.254.0.0/16"),
@@ -869,7 +881,7 @@ EXPECTED: list[Expected] = [
         "65535",
         "fragments it anyway: the last pieces' 13-bit offsets wrap around (65904 goes out "
         "as 368)",
-        "drops it",
+        "drops it (`frag-offset-overflow`)",
         "RFC 791: the offset field cannot say more than 65528; a wrapped fragment corrupts "
         "the reassembly of an unrelated part of the packet.",
         lambda d: d.vecroute == DROPPED and _wrapped_fragments(d),
@@ -924,6 +936,15 @@ EXPECTED: list[Expected] = [
             or (" fwd " in x and x.split()[0] == d.case.rx)
             or (f" ns target={d.v6.src} " in x and x.split()[0] == d.case.rx)
             for x in d.linux),
+    ),
+    Expected(
+        "unspecified-destination",
+        "IPv6 to :: (unspecified)",
+        "looks it up like any destination: no route, destination unreachable",
+        "drops it (`ip6-bad-destination`)",
+        "RFC 4291 2.5.2: the unspecified address must never be a destination.",
+        lambda d: d.v6 is not None and d.v6.dst == "::" and d.vecroute == DROPPED
+        and all(" icmp6 1/0 " in x for x in d.linux),
     ),
     Expected(
         "link-local-destination",
