@@ -156,12 +156,14 @@ def test_ipv4_redirect(tmp_path):
     for itf in config["interfaces"]:
         if REDIRECTS_KEY:
             itf["redirects"] = True
-    hairpin = [c for c in HANDPICKED if c.label == "v4-hairpin"]
+    host = "02:00:00:00:bb:03"  # a second host on eth1, whose better next hop is N1
+    config["neighbors"].append({"ip": "192.0.2.3", "mac": host, "interface": "eth1"})
+    frame = Ether(dst="02:00:00:00:00:02", src=host) / IP(src="192.0.2.3", dst="203.0.113.5")
+    case = Case("v4-redirect", "eth1", bytes(frame / UDP(sport=1, dport=2)))
     with LinuxRouter(config) as lr:
-        lin = lr.run(hairpin)
-    diffs = compare(config, hairpin, lin, vecroute_run(config, hairpin, tmp_path))
+        lin = lr.run([case])
+    diffs = compare(config, [case], lin, vecroute_run(config, [case], tmp_path))
     assert not unexpected(diffs), diffs[0].line()
-    cfg = parse_config(config)
-    got = summarize(cfg, hairpin[0], lin[0])
+    got = summarize(parse_config(config), case, lin[0])
     assert any(" fwd " in x for x in got), got
-    assert any(" icmp4 5/1 " in x for x in got) == REDIRECTS_KEY, got
+    assert any(" icmp4 5/1 " in x and " gw=192.0.2.2 " in x for x in got) == REDIRECTS_KEY, got
