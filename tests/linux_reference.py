@@ -779,12 +779,40 @@ def _network_address(d: Diff) -> bool:
                for i in d.cfg.interfaces for x in i.addresses)
 
 
+def _field(x: str, key: str, default: str = "") -> str:
+    return next((w.split("=", 1)[1] for w in x.split() if w.startswith(key + "=")), default)
+
+
 def _wrapped_fragments(d: Diff) -> bool:
-    """Linux refragmented a fragment into pieces whose offset wrapped past 65535."""
-    if d.v4 is None or not d.v4.frag:
+    """Linux refragmented a fragment into pieces that end past 65535 or whose offset
+    wrapped around."""
+    if d.v4 is None or not d.v4.frag or not _frag_sets(d.linux):
         return False
-    offs = [int(w[5:].rstrip("+")) for x in d.linux for w in x.split() if w.startswith("frag=")]
-    return bool(offs) and _frag_sets(d.linux) and min(offs) < d.v4.frag * 8
+    for x in d.linux:
+        off = int(_field(x, "frag").rstrip("+"))
+        end = off + int(_field(x, "len")) - int(_field(x, "ihl", "20"))
+        if off < d.v4.frag * 8 or end > 65535:
+            return True
+    return False
+
+
+_FORWARDING_PATH = (" fwd ", " icmp6 1/", " icmp6 2/", " icmp6 3/", " icmp6 4/", " ns target=",
+                    " redirect6 ")
+
+
+def _forwarding_path(s: Summary) -> bool:
+    """Linux's output is what its forwarding path makes: the packet, errors, NS, redirect."""
+    return s != DROPPED and all(any(k in x for k in _FORWARDING_PATH) for x in s)
+
+
+def _chain_broken(d: Diff) -> bool:
+    """The IPv6 extension header chain runs past the payload (a truncated header)."""
+    if d.v6 is None:
+        return False
+    raw = bytes(d.v6)
+    end = 40 + int.from_bytes(raw[4:6], "big")
+    _, nh, p = walk6(raw[:end])
+    return nh in (0, 43, 44, 51, 60) or p > end
 
 
 def _unreachables(s: Summary) -> Summary:
@@ -879,8 +907,8 @@ EXPECTED: list[Expected] = [
         "refrag-past-65535",
         "an IPv4 fragment that must be fragmented again and whose offset + length passes "
         "65535",
-        "fragments it anyway: the last pieces' 13-bit offsets wrap around (65904 goes out "
-        "as 368)",
+        "fragments it anyway: the last piece ends past 65535, or its 13-bit offset wraps "
+        "around (65904 goes out as 368)",
         "drops it (`frag-offset-overflow`)",
         "RFC 791: the offset field cannot say more than 65528; a wrapped fragment corrupts "
         "the reassembly of an unrelated part of the packet.",
@@ -935,16 +963,18 @@ EXPECTED: list[Expected] = [
             ((" icmp6 1/2 " in x or " icmp6 3/0 " in x) and f" dst={d.v6.src} " in x)
             or (" fwd " in x and x.split()[0] == d.case.rx)
             or (f" ns target={d.v6.src} " in x and x.split()[0] == d.case.rx)
+            or (" redirect6 " in x and x.split()[0] == d.case.rx)
             for x in d.linux),
     ),
     Expected(
         "unspecified-destination",
         "IPv6 to :: (unspecified)",
-        "looks it up like any destination: no route, destination unreachable",
+        "looks it up like any destination: no route, destination unreachable (or a "
+        "parameter problem from its hop-by-hop options first)",
         "drops it (`ip6-bad-destination`)",
         "RFC 4291 2.5.2: the unspecified address must never be a destination.",
         lambda d: d.v6 is not None and d.v6.dst == "::" and d.vecroute == DROPPED
-        and all(" icmp6 1/0 " in x for x in d.linux),
+        and all(" icmp6 1/0 " in x or " icmp6 4/" in x for x in d.linux),
     ),
     Expected(
         "link-local-destination",
@@ -1016,14 +1046,25 @@ EXPECTED: list[Expected] = [
         and _without(d.linux, "src") == _without(d.vecroute, "src"),
     ),
     Expected(
+        "ext-chain-broken",
+        "forwarded IPv6 whose extension header chain runs past the payload (a truncated "
+        "routing, fragment, destination options or AH header)",
+        "forwards it (a router parses only hop-by-hop options)",
+        "drops it (`ip6-bad-ext-header`)",
+        "Bad input is normal input: ip6-input walks the whole chain (the firewall, SRv6 "
+        "and ICMP need the upper layer) and counts a chain it cannot walk.",
+        lambda d: _chain_broken(d) and d.vecroute == DROPPED and _forwarding_path(d.linux)
+        and not _answered_from_dst(d),
+    ),
+    Expected(
         "hbh-not-first",
         "forwarded IPv6 whose hop-by-hop header is not the first extension header",
-        "forwards it (only the destination would object: there, parameter problem code 1)",
+        "forwards it, or answers what its forwarding path finds first (hop limit, no route, "
+        "the first header's options); a destination answers parameter problem code 1",
         "drops it (`ip6-bad-ext-header`)",
         "RFC 8200 4.1: hop-by-hop options must immediately follow the IPv6 header.",
-        lambda d: 0 in _ip6_chain(d)[1:] and d.vecroute == DROPPED and d.linux != DROPPED
-        and all(" fwd " in x or " icmp6 3/0 " in x or " icmp6 2/0 " in x
-                or " icmp6 4/1 " in x for x in d.linux),
+        lambda d: 0 in _ip6_chain(d)[1:] and d.vecroute == DROPPED
+        and _forwarding_path(d.linux),
     ),
 ]
 
