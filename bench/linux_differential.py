@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         lines.append("EXPECTED (docs/linux-differences.md)")
     for key, ds in sorted(by_row.items()):
         lines.append(f"  [{len(ds)}] {key}: e.g. {ds[0].case.describe()}")
+    unused = [e.key for e in EXPECTED if e.key not in by_row]
+    if unused:
+        lines.append(f"  rows that explained nothing in this run: {', '.join(unused)}")
     report = "\n".join(lines)
     print(report)
     if a.out is not None:
