@@ -847,6 +847,19 @@ EXPECTED: list[Expected] = [
         lambda d: _martian4(d, "240.0.0.0/4", "255.255.255.255"),
     ),
     Expected(
+        "own-source-address",
+        "IPv4 from outside whose source is one of the router's own addresses",
+        "drops it as a martian (fib_validate_source finds a local route for the source)",
+        "forwards it",
+        "vecroute validates no source against the FIB (no RFC 3704 reverse-path check): it "
+        "would cost every packet a second lookup (the one-lookup principle); a firewall "
+        "rule (`deny ip from me to any in`) does it where wanted.",
+        lambda d: d.v4 is not None and d.cfg is not None and d.linux == DROPPED
+        and _fwd(d.vecroute) and any(
+            a.version == 4 and str(a.ip) == d.v4.src
+            for itf in d.cfg.interfaces for a in itf.addresses),
+    ),
+    Expected(
         "zeronet",
         "IPv4 from or to 0.0.0.0/8 (0.0.0.0 itself aside)",
         "routes it like unicast (0/8 is unicast since Linux 5.3): forwards it, or answers "

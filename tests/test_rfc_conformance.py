@@ -36,12 +36,14 @@ from scapy.layers.inet6 import (
     ICMPv6EchoReply,
     ICMPv6EchoRequest,
     ICMPv6ParamProblem,
+    ICMPv6TimeExceeded,
     IPerror6,
     IPv6,
     IPv6ExtHdrDestOpt,
     IPv6ExtHdrHopByHop,
     IPv6ExtHdrRouting,
     IPv6ExtHdrSegmentRouting,
+    PadN,
 )
 from scapy.layers.ipsec import AH
 from scapy.layers.l2 import Ether
@@ -144,12 +146,15 @@ def test_no_error_about_an_icmpv6_error_behind_ah(r: Router) -> None:
     assert res.tx == [] and res.c("ttl-expired") == 1 and res.c("icmp-error-suppressed") == 1
 
 
-def test_ah_is_stepped_over_to_the_upper_layer(r: Router) -> None:
+def test_ah_to_the_router_is_an_unknown_next_header(r: Router) -> None:
+    """No IPsec here: AH to the router is answered as Linux without IPsec does, parameter
+    problem code 1 at the field that names it (the walk still steps over AH to classify
+    forwarded packets, above)."""
     ip = IPv6(src=H0_IP6, dst=R0_IP6)
     echo = bytes(ip / ICMPv6EchoRequest(id=4, data=b"ah"))[40:]  # sum over the real header
     p = eth() / ip / AH(nh=58, payloadlen=4, spi=1, icv=b"\0" * 12) / echo
     e = only(run(r, p)).pkt
-    assert e[IPv6].nh == 58 and e[ICMPv6EchoReply].data == b"ah"  # the reply: no AH
+    assert e[ICMPv6ParamProblem].code == 1 and e[ICMPv6ParamProblem].ptr == 6
 
 
 # --- RFC 8200 4.2: the action bits of unknown options -----------------------------------
@@ -228,10 +233,10 @@ def test_errors_and_resets_to_link_local_sources_stay_on_the_link(r: Router) -> 
     ping = Ether(dst=R0, src=LL_MAC) / IP(src="169.254.9.9", dst=R0_IP4) / ICMP()
     t = only(run(r, ping))
     assert t.ifname == "eth0" and t.pkt[Ether].dst == LL_MAC and t.pkt[ICMP].type == 0
-    ll = str(Interface("eth0", mac_bytes(R0), 1500, 0).link_local)
     e = only(run(r, Ether(dst=R0, src=LL_MAC) / IPv6(src=LL_HOST, dst=R0_IP6) / UDP(dport=7)))
     assert e.ifname == "eth0" and e.pkt[Ether].dst == LL_MAC
-    assert ICMPv6DestUnreach in e.pkt and e.pkt[IPv6].src == ll  # from our link-local
+    # from the address it was sent to (RFC 4443 2.2(a)), on the link it came from
+    assert ICMPv6DestUnreach in e.pkt and e.pkt[IPv6].src == R0_IP6
     syn = Ether(dst=R0, src=LL_MAC) / IP(src="169.254.9.9", dst=R0_IP4) / TCP(dport=22, flags="S")
     t = only(run(r, syn))
     assert t.ifname == "eth0" and t.pkt[Ether].dst == LL_MAC and t.pkt[TCP].flags == "RA"
@@ -363,3 +368,62 @@ def test_nd_redirect_for_a_destination_on_the_senders_link() -> None:
     # a next hop that is not the destination: its link-local address is unknown, no redirect
     res = run(r, eth() / IPv6(src=H0_IP6, dst=DST6) / UDP())
     assert res.c("redirect-sent") == 0
+
+
+# --- found by the Linux differential harness (tests/test_linux_differential.py) ---------
+
+
+def test_subnet_router_anycast_is_answered_from_a_unicast_address(r: Router) -> None:
+    # RFC 4291 2.6.1: a router answers its subnets' subnet-router anycast address
+    p = eth() / IPv6(src=H0_IP6, dst="2001:db8:1::") / ICMPv6EchoRequest(id=2, data=b"any")
+    e = only(run(r, p)).pkt
+    assert e[ICMPv6EchoReply].data == b"any" and e[IPv6].src == R0_IP6
+
+
+def test_echo_to_all_nodes_from_a_global_asker_comes_from_a_global_address(r: Router) -> None:
+    p = Ether(dst="33:33:00:00:00:01", src=H0) / IPv6(src=H0_IP6, dst="ff02::1") / (
+        ICMPv6EchoRequest(id=3))
+    assert only(run(r, p)).pkt[IPv6].src == R0_IP6
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        [PadN(optdata=b"\0" * 12)],  # 14 bytes of padding: more than 7
+        [PadN(optdata=b"\1\0\0\0")],  # PadN must carry zeros (RFC 4942)
+        [HBHOptUnknown(otype=0x1E, optdata=b"")] * 9 + [PadN(optdata=b"\0" * 2)],  # > 8
+    ],
+    ids=["pad-14", "padn-nonzero", "nine-options"],
+)
+def test_hop_by_hop_padding_and_option_counts_linux_refuses(r: Router, opts) -> None:
+    p = eth() / IPv6(src=H0_IP6, dst=DST6) / IPv6ExtHdrHopByHop(options=opts) / UDP()
+    res = run(r, p)
+    assert res.tx == [] and res.c("ip6-bad-ext-header") == 1
+
+
+def test_echo_request_with_a_nonzero_code_is_answered(r: Router) -> None:
+    e = only(run(r, eth() / IP(src=H0_IP4, dst=R0_IP4) / ICMP(type=8, code=1))).pkt
+    assert e[ICMP].type == 0
+    e = only(run(r, eth() / IPv6(src=H0_IP6, dst=R0_IP6) / ICMPv6EchoRequest(code=7))).pkt
+    assert ICMPv6EchoReply in e
+
+
+def test_icmpv6_error_to_us_comes_from_the_address_it_was_sent_to(r: Router) -> None:
+    # RFC 4443 2.2(a): UDP to eth1's address received on eth0: the error is from eth1's
+    e = only(run(r, eth() / IPv6(src=H0_IP6, dst="2001:db8:2::1") / UDP(dport=9))).pkt
+    assert ICMPv6DestUnreach in e and e[IPv6].src == "2001:db8:2::1"
+
+
+def test_unknown_option_11_in_a_link_layer_multicast_frame_gets_no_error(r: Router) -> None:
+    hbh = lambda t: IPv6ExtHdrHopByHop(options=[_opt(t)])  # noqa: E731
+    mc = Ether(dst="33:33:00:00:00:01", src=H0) / IPv6(src=H0_IP6, dst=R0_IP6)
+    res = run(r, mc / hbh(0xDE) / UDP())  # 11: only to a unicast frame and address
+    assert res.tx == [] and res.c("ip6-unknown-option") == 1
+    e = only(run(r, mc / hbh(0x9E) / UDP())).pkt  # 10: even then
+    assert e[ICMPv6ParamProblem].code == 2
+
+
+def test_link_local_source_with_the_hop_limit_spent_gets_time_exceeded(r: Router) -> None:
+    p = Ether(dst=R0, src=LL_MAC) / IPv6(src=LL_HOST, dst=DST6, hlim=1) / UDP()
+    e = only(run(r, p)).pkt
+    assert e[ICMPv6TimeExceeded].code == 0 and e[Ether].dst == LL_MAC

@@ -29,6 +29,7 @@ from vecroute.graph.state import (
     ADJ_REWRITE,
     LB_N,
     LB_START,
+    LOCAL_ANYCAST,
     RW_MAX,
 )
 from vecroute.packet.headers import ETH_P_IP, ETH_P_IPV6
@@ -56,6 +57,9 @@ class AdjacencyTable:
         self.index: dict[AdjKey, int] = {}
         self.local = self.get(AdjKey(ADJ_LOCAL))
         self.drop = self.get(AdjKey(ADJ_DROP))
+        # for us too, but answers come from a unicast address of the interface
+        self.local_anycast = self.get(AdjKey(ADJ_LOCAL, nh=LOCAL_ANYCAST))
+        self.adj[self.local_anycast, A_NH4] = LOCAL_ANYCAST
 
     def __len__(self) -> int:
         return len(self.keys)

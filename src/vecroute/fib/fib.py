@@ -153,6 +153,12 @@ class Fib:
             host = ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}")
             self._install(Route(host, itf.table, "local", []), self.lbs.get([self.adjs.local]))
             net = a.network
+            if a.version == 6 and net.prefixlen < 127 and net.network_address != a.ip:
+                # RFC 4291 2.6.1: routers answer the subnet-router anycast address
+                anycast = ipaddress.ip_network(f"{net.network_address}/128")
+                if (itf.table, anycast) not in self.routes:
+                    self._install(Route(anycast, itf.table, "anycast", []),
+                                  self.lbs.get([self.adjs.local_anycast]))
             if net.prefixlen < a.max_prefixlen:
                 glean = self.adjs.get(AdjKey(ADJ_GLEAN, ifx, a.version))
                 self._install(
@@ -249,7 +255,7 @@ class Fib:
         r = self.routes.get((table, prefix))
         if r is None:
             raise RouteError(f"no route {prefix} in table {table}")
-        if r.kind in ("local", "connected", "broadcast"):
+        if r.kind in ("local", "anycast", "connected", "broadcast"):
             raise RouteError(
                 f"{prefix} is a {r.kind} route: change the interface addresses instead"
             )
@@ -364,6 +370,8 @@ class Fib:
     def describe_paths(self, route: Route) -> str:
         if route.kind == "local":
             return "local"
+        if route.kind == "anycast":
+            return "local (subnet-router anycast)"
         if route.kind.startswith("srv6") or route.kind == "broadcast":
             return route.kind
         if not route.paths:

@@ -25,6 +25,7 @@ from vecroute.graph.node_ids import ERROR_DROP
 from vecroute.graph.rewrite import save_reply_mac
 from vecroute.graph.state import (
     A_IF,
+    A_NH4,
     A_TYPE,
     ADJ_LOCAL,
     I_IP4,
@@ -217,7 +218,13 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         aux = meta[M_AUX, i]
         typ = aux >> 8
         code = aux & 0xFF
-        mcast_ok = typ == ICMP6_PACKET_TOO_BIG or (typ == ICMP6_PARAM_PROBLEM and code == 2)
+        # RFC 4443 2.4(e.3): to multicast only packet too big and an unknown option whose
+        # action bits are 10 (not 11: RFC 8200 4.2); the pointer names the option
+        ptr = meta[M_AUX2, i]
+        mcast_ok = typ == ICMP6_PACKET_TOO_BIG or (
+            typ == ICMP6_PARAM_PROBLEM and code == 2
+            and 0 <= ptr < meta[M_LEN, i] - (l3 - meta[M_OFF, i])
+            and (buf[l3 + ptr] & 0xC0) == 0x80)
         src_hi = rd64(buf, l3 + 8)
         src_lo = rd64(buf, l3 + 16)
         bad_src = buf[l3 + 8] == 0xFF or (src_hi == 0 and (src_lo == 0 or src_lo == 1))
@@ -229,6 +236,9 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
             give_up(frames, frame_n, meta, dp, i, C.C_ICMP_ERROR_SUPPRESSED)
             continue
         param = meta[M_AUX2, i]
+        oa = meta[M_ADJ, i]  # RFC 4443 2.2(a): to one of our unicast addresses: from it
+        to_us = (oa >= 0 and dp.adj[oa, A_TYPE] == ADJ_LOCAL and dp.adj[oa, A_NH4] == 0
+                 and buf[l3 + 24] != 0xFF)
         ll = buf[l3 + 8] == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80
         if ll:  # RFC 4291 2.5.6: back on the link it came from, never through the FIB
             a = answer_on_link(buf, meta, dp, i)
@@ -258,7 +268,10 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
         out_if = dp.adj[a, A_IF]
         if out_if < 0:  # behind an SR policy: answer from the receiving interface
             out_if = meta[M_RX, i]
-        if ll:  # to a link-local address, from ours (RFC 6724 scope)
+        if to_us:
+            for b in range(16):
+                buf[n + 8 + b] = buf[l3 + 24 + b]
+        elif ll:  # to a link-local address, from ours (RFC 6724 scope)
             _copy_addr(buf, n + 8, dp, out_if, IF6_LL)
         elif not _copy_addr(buf, n + 8, dp, out_if, IF6_GLOBAL):
             if not _copy_addr(buf, n + 8, dp, meta[M_RX, i], IF6_GLOBAL):

@@ -49,7 +49,9 @@ OPT_OK = 0
 OPT_DISCARD = 1  # 01: discard silently
 OPT_PARAM_PROBLEM = 2  # 10: discard, parameter problem code 2 even to a multicast destination
 OPT_PARAM_PROBLEM_UNICAST = 3  # 11: the same, unless the destination is multicast
-OPT_MALFORMED = 4  # an option runs past its header
+OPT_MALFORMED = 4  # an option runs past its header, or padding / option counts Linux refuses
+MAX_PAD = 7  # consecutive padding bytes (RFC 4942 2.1.9.5; Linux ip6_parse_tlv)
+MAX_OPTIONS = 8  # options other than padding per header (Linux max_{hbh,dst}_opts_cnt)
 
 
 @njit(cache=True)
@@ -94,9 +96,14 @@ def scan_options(buf, p: int, hbh: bool):
     Returns (OPT_* verdict, offset of the option that decided it)."""
     q = p + 2
     end = p + (np.int32(buf[p + 1]) + 1) * 8
+    pad = 0
+    count = 0
     while q < end:
         t = np.int32(buf[q])
         if t == OPT_PAD1:
+            pad += 1
+            if pad > MAX_PAD:
+                return OPT_MALFORMED, q
             q += 1
             continue
         if q + 2 > end:
@@ -104,10 +111,22 @@ def scan_options(buf, p: int, hbh: bool):
         ln = np.int32(buf[q + 1])
         if q + 2 + ln > end:
             return OPT_MALFORMED, q
-        if not (t == OPT_PADN or (hbh and t == OPT_ROUTER_ALERT)):
-            act = t >> 6
-            if act != 0:
-                return act, q
+        if t == OPT_PADN:
+            pad += 2 + ln
+            if pad > MAX_PAD:
+                return OPT_MALFORMED, q
+            for b in range(ln):  # RFC 4942: PadN carries zeros only
+                if buf[q + 2 + b] != 0:
+                    return OPT_MALFORMED, q
+        else:
+            pad = 0
+            count += 1
+            if count > MAX_OPTIONS:
+                return OPT_MALFORMED, q
+            if not (hbh and t == OPT_ROUTER_ALERT):
+                act = t >> 6
+                if act != 0:
+                    return act, q
         q += 2 + ln
     return OPT_OK, 0
 

@@ -28,7 +28,15 @@ from vecroute.graph.node_ids import (
     PUNT,
     TCP_RESET,
 )
-from vecroute.graph.state import IF6_LL, IFS_PUNTS
+from vecroute.graph.state import (
+    A_NH4,
+    A_TYPE,
+    ADJ_LOCAL,
+    IF6_GLOBAL,
+    IF6_LL,
+    IFS_PUNTS,
+    LOCAL_ANYCAST,
+)
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
     F_FRAG,
@@ -162,7 +170,7 @@ def ip4_local(work, k, buf, meta, frames, frame_n, dp) -> None:
                 icmp_error(frames, frame_n, meta, i, False, C.C_PROTOCOL_UNREACHABLE,
                            ICMP4_DEST_UNREACH, ICMP4_PROTO_UNREACH, 0)
             continue
-        if l4 + 8 > end or buf[l4] != ICMP4_ECHO_REQUEST or buf[l4 + 1] != 0:
+        if l4 + 8 > end or buf[l4] != ICMP4_ECHO_REQUEST:  # any code: Linux answers it too
             drop(frames, frame_n, meta, i, C.C_LOCAL_UNHANDLED)
             continue
         if fold(sum_bytes(buf, l4, end - l4, np.uint64(0))) != 0xFFFF:
@@ -205,6 +213,11 @@ def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
         p = l3 + IP6_HLEN
         done = False
         while nh == PROTO_HOPOPT or nh == PROTO_DSTOPTS or nh == PROTO_ROUTING or nh == PROTO_AH:
+            if nh == PROTO_AH:  # no IPsec here: an unknown next header (as Linux without it)
+                icmp_error(frames, frame_n, meta, i, True, C.C_PROTOCOL_UNREACHABLE,
+                           ICMP6_PARAM_PROBLEM, 1, nh_at - l3)
+                done = True
+                break
             if nh == PROTO_DSTOPTS:
                 act, q = scan_options(buf, p, False)
                 if act != OPT_OK:
@@ -217,8 +230,7 @@ def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
                 done = True
                 break
             nh_at = p
-            hl = (np.int32(buf[p + 1]) + 2) * 4 if nh == PROTO_AH else (
-                np.int32(buf[p + 1]) + 1) * 8
+            hl = (np.int32(buf[p + 1]) + 1) * 8
             nh = np.int32(buf[p])
             p += hl
         if done:
@@ -238,7 +250,7 @@ def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
         if t >= 133 and t <= 137:
             punt(frames, frame_n, meta, dp, i, C.C_ND_PUNT)
             continue
-        if t != ICMP6_ECHO_REQUEST or buf[l4 + 1] != 0:
+        if t != ICMP6_ECHO_REQUEST:  # any code, as Linux
             drop(frames, frame_n, meta, i, C.C_LOCAL_UNHANDLED)
             continue
         acc = pseudo_header6(buf, l3, PROTO_ICMPV6, end - l4)
@@ -254,7 +266,9 @@ def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
             wr16(buf, l3 + 4, n)
             meta[M_L4, i] = l4
             meta[M_LEN, i] = end - meta[M_OFF, i]
-        mcast = buf[l3 + 24] == 0xFF
+        a = meta[M_ADJ, i]  # multicast, or the subnet-router anycast address: not a source
+        mcast = buf[l3 + 24] == 0xFF or (a >= 0 and dp.adj[a, A_TYPE] == ADJ_LOCAL
+                                         and dp.adj[a, A_NH4] == LOCAL_ANYCAST)
         ll = buf[l3 + 8] == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80
         for b in range(16):
             t2 = buf[l3 + 8 + b]
@@ -263,10 +277,12 @@ def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
         buf[l3 + 7] = DEFAULT_TTL
         buf[l4] = ICMP6_ECHO_REPLY
         if mcast:
-            # a reply never comes from a multicast address: answer from our link-local
+            # answer from a unicast address of the interface of the scope of the asker's
+            # (RFC 6724, as Linux): link-local for a link-local asker, else the global one
             rx = meta[M_RX, i]
+            row = IF6_LL if ll or dp.if_ip6[rx, IF6_GLOBAL, 0] == 0 else IF6_GLOBAL
             for b in range(16):
-                buf[l3 + 8 + b] = dp.if_ip6[rx, IF6_LL, b]
+                buf[l3 + 8 + b] = dp.if_ip6[rx, row, b]
             wr16(buf, l4 + 2, 0)
             wr16(buf, l4 + 2, checksum(buf, l4, end - l4,
                                        pseudo_header6(buf, l3, PROTO_ICMPV6, end - l4)))

@@ -36,6 +36,7 @@ from vecroute.graph.state import (
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
     F_FW_SKIP,
+    F_HLIM_DONE,
     F_L2_MCAST,
     F_LINK_LOCAL,
     F_LOCAL_ORIGIN,
@@ -51,6 +52,7 @@ from vecroute.packet.headers import (
     ICMP6_BEYOND_SCOPE,
     ICMP6_DEST_UNREACH,
     ICMP6_NO_ROUTE,
+    ICMP6_TIME_EXCEEDED,
     rd32,
     rd64,
 )
@@ -113,10 +115,13 @@ def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
 
 
 @njit(cache=True, inline="always")
-def _not_forwarded(frames, frame_n, meta, i, flags, ip6) -> None:
+def _not_forwarded(frames, frame_n, meta, buf, i, flags, ip6) -> None:
     """A packet that may be delivered to us but never forwarded, routed elsewhere."""
     if flags & F_L2_MCAST:  # RFC 1812 5.3.4 (and Linux for ip6: pkt_type != PACKET_HOST)
         drop(frames, frame_n, meta, i, C.C_L2_MULTICAST_UNICAST)
+    elif ip6 and buf[meta[M_L3, i] + 7] <= 1 and not flags & F_HLIM_DONE:
+        icmp_error(frames, frame_n, meta, i, True, C.C_TTL_EXPIRED,  # checked first, as
+                   ICMP6_TIME_EXCEEDED, 0, 0)  # Linux's ip6_forward does
     elif ip6:  # RFC 4291 2.5.6: never to another link; RFC 4443 3.1 "beyond scope of source"
         icmp_error(frames, frame_n, meta, i, True, C.C_IP6_LINK_LOCAL,
                    ICMP6_DEST_UNREACH, ICMP6_BEYOND_SCOPE, 0)
@@ -152,7 +157,7 @@ def _finish(work, idx, vals, m, buf, meta, frames, frame_n, dp, ip6) -> None:
         a = pick_adjacency(dp, v, h)
         if (flags & (F_L2_MCAST | F_LINK_LOCAL) and not flags & F_LOCAL_ORIGIN
                 and dp.adj[a, A_TYPE] != ADJ_LOCAL):
-            _not_forwarded(frames, frame_n, meta, i, flags, ip6)
+            _not_forwarded(frames, frame_n, meta, buf, i, flags, ip6)
             continue
         to_adjacency(frames, frame_n, meta, dp, i, a, ip6)
 

@@ -46,6 +46,7 @@ ADJ_INCOMPLETE = 3  # next hop known, its MAC not yet
 ADJ_GLEAN = 4  # connected subnet: the next hop is the destination itself
 ADJ_SRV6_ENCAP = 5  # steer into an SR policy: A_NH4 holds the policy index
 ADJ_SRV6_LOCALSID = 6  # a local SID: A_NH4 holds the local SID index
+LOCAL_ANYCAST = 1  # A_NH4 of the local adjacency of subnet-router anycast addresses
 # an answer to a link-local source leaves by the interface the question came in on, to the
 # MAC it came from (kept in the packet's M_AUX / M_AUX2): never through the FIB
 ADJ_REPLY = 7

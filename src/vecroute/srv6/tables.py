@@ -119,7 +119,7 @@ class Srv6Tables:
         route or another SRv6 object (Linux answers "File exists" too)."""
         r = self.fib.routes.get((table, prefix))
         if r is not None and r.kind != kind and r.kind in (
-            "local", "connected", "srv6-localsid", "srv6-bsid", "srv6-steer"
+            "local", "anycast", "connected", "srv6-localsid", "srv6-bsid", "srv6-steer"
         ):
             what = {"srv6-localsid": "a local SID", "srv6-bsid": "a binding SID",
                     "srv6-steer": "steered"}.get(r.kind, f"a {r.kind} route")
