@@ -28,11 +28,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import TCP, UDP
 from scapy.layers.inet6 import (
-    ICMPv6DestUnreach,
     ICMPv6EchoReply,
     ICMPv6EchoRequest,
     ICMPv6ND_NS,
     ICMPv6NDOptSrcLLAddr,
+    ICMPv6TimeExceeded,
     IPv6,
     IPv6ExtHdrDestOpt,
     IPv6ExtHdrFragment,
@@ -210,10 +210,11 @@ def test_link_local_not_forwarded_even_with_expired_hlim(router: Router) -> None
             eth() / IPv6(src=H0_IP6, dst="fe80::1234", hlim=1) / UDP(),
         ]
     )
-    assert res.c("ip6-link-local") == 2 and res.c("ttl-expired") == 0
-    # the link-local source hears "beyond scope of source" (RFC 4443 3.1), on its link
+    # the link-local source's hop limit is checked first (as Linux): time exceeded, on its
+    # link; the link-local destination is dropped at input
+    assert res.c("ip6-link-local") == 1 and res.c("ttl-expired") == 1
     assert [(t.orig, t.ifname) for t in res.tx] == [(0, "eth0")]
-    assert res.tx[0].pkt[ICMPv6DestUnreach].code == 2
+    assert ICMPv6TimeExceeded in res.tx[0].pkt
 
 
 # --- local ------------------------------------------------------------------------------------
@@ -252,8 +253,9 @@ def test_echo6_reply_checksum_property(ident: int, seq: int, data: bytes) -> Non
 
 
 def test_ping6_link_local_and_all_nodes(router: Router) -> None:
-    """Echo to our link-local address and to ff02::1: the reply comes from our link-local
-    address, never from a multicast one."""
+    """Echo to our link-local address and to ff02::1: the reply to the first comes from our
+    link-local address; to ff02::1 from a unicast address of the scope of the asker's (a
+    global one here, RFC 6724, as Linux), never from a multicast one."""
     ll = str(Interface("eth0", mac_bytes(R0), 1500, 0).link_local)
     reqs = [
         eth() / IPv6(src=H0_IP6, dst=ll) / ICMPv6EchoRequest(id=1, seq=1, data=b"ll"),
@@ -264,11 +266,11 @@ def test_ping6_link_local_and_all_nodes(router: Router) -> None:
     res = router.run(reqs)
     assert res.c("echo-reply-sent") == 2
     assert len(res.tx) == 2
-    for t, req in zip(res.tx, reqs, strict=True):
+    for t, req, src in zip(res.tx, reqs, [ll, R0_IP6], strict=True):
         q = t.pkt
         assert t.ifname == "eth0" and q[Ether].dst == H0
         assert q[IPv6].dst == H0_IP6
-        assert q[IPv6].src == ll
+        assert q[IPv6].src == src
         assert q[ICMPv6EchoReply].id == req[ICMPv6EchoRequest].id
         assert q[ICMPv6EchoReply].data == req[ICMPv6EchoRequest].data
         assert_checksums(q)

@@ -519,7 +519,7 @@ def test_timer_is_bounded_and_runs_on_an_idle_batch() -> None:
     idle router asks Graph.reass_due and runs an empty batch, which sends the errors."""
     r = Router()
     n = 3 * REASS_EXPIRE_PER_BATCH
-    data = b"\x77" * 64
+    data = b"\x08\x00" + b"\x77" * 62  # an echo request: (ICMP type 119 counts as an error)
     first = [f for k in range(n)
              for f in frag4(IP(src=H0_IP4, dst=R0_IP4, id=k, proto=1), [(0, data, True)])]
     run(r, first)

@@ -427,3 +427,11 @@ def test_link_local_source_with_the_hop_limit_spent_gets_time_exceeded(r: Router
     p = Ether(dst=R0, src=LL_MAC) / IPv6(src=LL_HOST, dst=DST6, hlim=1) / UDP()
     e = only(run(r, p)).pkt
     assert e[ICMPv6TimeExceeded].code == 0 and e[Ether].dst == LL_MAC
+
+
+def test_hop_by_hop_error_about_a_packet_to_us_comes_from_its_destination(r: Router) -> None:
+    # RFC 4443 2.2(a) also for errors raised at input, before the lookup
+    p = eth() / IPv6(src=H0_IP6, dst="2001:db8:3::1") / IPv6ExtHdrHopByHop(
+        options=[_opt(0x9E)]) / UDP()
+    e = only(run(r, p)).pkt
+    assert e[ICMPv6ParamProblem].code == 2 and e[IPv6].src == "2001:db8:3::1"

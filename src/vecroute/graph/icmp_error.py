@@ -20,6 +20,7 @@ from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import mix64
 from vecroute.graph.frames import enqueue
 from vecroute.graph.ip4_input import is_link_local4, is_martian4
+from vecroute.graph.ip6_input import is_our_ll
 from vecroute.graph.lookup import resolve4, resolve6, to_adjacency
 from vecroute.graph.node_ids import ERROR_DROP
 from vecroute.graph.rewrite import save_reply_mac
@@ -237,8 +238,12 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
             continue
         param = meta[M_AUX2, i]
         oa = meta[M_ADJ, i]  # RFC 4443 2.2(a): to one of our unicast addresses: from it
+        if oa < 0 and buf[l3 + 24] != 0xFF:  # an error from ip6-input, before the lookup:
+            oa = resolve6(dp, meta[M_FIB, i], rd64(buf, l3 + 24), rd64(buf, l3 + 32),
+                          np.uint32(0))  # was it for us?
+            dp.counters[C.C_FIB_LOOKUPS] += 1
         to_us = (oa >= 0 and dp.adj[oa, A_TYPE] == ADJ_LOCAL and dp.adj[oa, A_NH4] == 0
-                 and buf[l3 + 24] != 0xFF)
+                 and buf[l3 + 24] != 0xFF) or is_our_ll(dp, meta[M_RX, i], buf, l3)
         ll = buf[l3 + 8] == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80
         if ll:  # RFC 4291 2.5.6: back on the link it came from, never through the FIB
             a = answer_on_link(buf, meta, dp, i)

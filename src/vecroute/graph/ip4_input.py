@@ -43,7 +43,8 @@ def is_link_local4(a: np.uint32) -> bool:
 
 @njit(cache=True, inline="always")
 def is_icmp4_error_type(t: int) -> bool:
-    return t == 3 or t == 4 or t == 5 or t == 11 or t == 12
+    """RFC 792 errors, and (as Linux assumes) any type past 18 that nobody defined here."""
+    return t == 3 or t == 4 or t == 5 or t == 11 or t == 12 or t > 18
 
 
 @njit(cache=True)

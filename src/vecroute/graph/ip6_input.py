@@ -144,7 +144,8 @@ def option_verdict(frames, frame_n, meta, buf, i, l3, act, q) -> None:
 
 
 @njit(cache=True, inline="always")
-def _is_our_ll(dp, rx, buf, l3) -> bool:
+def is_our_ll(dp, rx, buf, l3) -> bool:
+    """The packet at l3 is addressed to interface rx's link-local address."""
     for b in range(16):
         if buf[l3 + 24 + b] != dp.if_ip6[rx, IF6_LL, b]:
             return False
@@ -236,7 +237,7 @@ def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
             else:
                 drop(frames, frame_n, meta, i, C.C_IP6_DST_MULTICAST)
         elif d0 == 0xFE and (buf[l3 + 25] & 0xC0) == 0x80:
-            if _is_our_ll(dp, rx, buf, l3):
+            if is_our_ll(dp, rx, buf, l3):
                 enqueue(frames, frame_n, meta, IP6_LOCAL, i)
             else:
                 drop(frames, frame_n, meta, i, C.C_IP6_LINK_LOCAL)

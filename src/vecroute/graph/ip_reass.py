@@ -490,16 +490,16 @@ def ip6_reass(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
         at = fh + 8
         dlen = end - at
         if off == 0 and last:
-            # atomic fragment (RFC 6946): alone; the headers before it move 8 bytes on
-            nxt = buf[fh]
-            copy_bytes(buf, o + 8, buf, o, fh - o)
-            buf[prev + 8] = nxt
-            wr16(buf, l3 + 8 + 4, rd16(buf, l3 + 8 + 4) - 8)
-            meta[M_OFF, i] = o + 8
-            meta[M_L3, i] = l3 + 8
-            meta[M_LEN, i] = meta[M_LEN, i] - 8
+            # atomic fragment (RFC 6946): delivered alone, its header left in place (ip6-local
+            # steps over it) so that an error quotes the packet as it came and points right
             dp.counters[C.C_REASS_ATOMIC] += 1
-            _to_local6(frames, frame_n, meta, buf, dp, i, l3 + 8, end, meta[M_FLAGS, i])
+            meta[M_FLAGS, i] &= ~(F_FRAG | F_FRAG_NONFIRST)
+            pr = meta[M_PROTO, i]
+            l4 = meta[M_L4, i]
+            if pr == PROTO_ICMPV6 and l4 < end and buf[l4] >= 133 and buf[l4] <= 137:
+                drop(frames, frame_n, meta, i, C.C_REASS_ND_FRAGMENTED)  # RFC 6980
+            else:
+                enqueue(frames, frame_n, meta, IP6_LOCAL, i)
             continue
         u = fh - l3  # the unfragmentable part
         if u - IP6_HLEN + off + dlen > 65535:

@@ -74,6 +74,7 @@ from vecroute.packet.headers import (
     IP6_HLEN,
     PROTO_AH,
     PROTO_DSTOPTS,
+    PROTO_FRAGMENT,
     PROTO_HOPOPT,
     PROTO_ICMP,
     PROTO_ICMPV6,
@@ -212,7 +213,17 @@ def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
         nh_at = l3 + 6  # where the next header field naming the upper layer is
         p = l3 + IP6_HLEN
         done = False
-        while nh == PROTO_HOPOPT or nh == PROTO_DSTOPTS or nh == PROTO_ROUTING or nh == PROTO_AH:
+        while (nh == PROTO_HOPOPT or nh == PROTO_DSTOPTS or nh == PROTO_ROUTING
+               or nh == PROTO_AH or nh == PROTO_FRAGMENT):
+            if nh == PROTO_FRAGMENT:  # only an atomic one reaches here (RFC 6946)
+                if rd16(buf, p + 2) & 0xFFF9:
+                    drop(frames, frame_n, meta, i, C.C_IP6_BAD_EXT)  # a fragment inside it
+                    done = True
+                    break
+                nh_at = p
+                nh = np.int32(buf[p])
+                p += 8
+                continue
             if nh == PROTO_AH:  # no IPsec here: an unknown next header (as Linux without it)
                 icmp_error(frames, frame_n, meta, i, True, C.C_PROTOCOL_UNREACHABLE,
                            ICMP6_PARAM_PROBLEM, 1, nh_at - l3)

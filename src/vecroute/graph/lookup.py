@@ -23,6 +23,7 @@ from vecroute.graph.node_ids import (
     SRV6_LOCALSID,
 )
 from vecroute.graph.state import (
+    A_IF,
     A_TYPE,
     ADJ_DROP,
     ADJ_LOCAL,
@@ -45,6 +46,7 @@ from vecroute.packet.batch import (
     M_FLAGS,
     M_HASH,
     M_L3,
+    M_RX,
 )
 from vecroute.packet.headers import (
     ICMP4_DEST_UNREACH,
@@ -155,10 +157,14 @@ def _finish(work, idx, vals, m, buf, meta, frames, frame_n, dp, ip6) -> None:
         else:
             h = np.uint32(0)
         a = pick_adjacency(dp, v, h)
-        if (flags & (F_L2_MCAST | F_LINK_LOCAL) and not flags & F_LOCAL_ORIGIN
-                and dp.adj[a, A_TYPE] != ADJ_LOCAL):
-            _not_forwarded(frames, frame_n, meta, buf, i, flags, ip6)
-            continue
+        if flags & (F_L2_MCAST | F_LINK_LOCAL) and not flags & F_LOCAL_ORIGIN:
+            t = dp.adj[a, A_TYPE]
+            # delivered to us, or a blackhole: as any packet; an ip6 link-local source may
+            # go back out onto its own link (RFC 4291 2.5.6 forbids other links; Linux too)
+            if not (t == ADJ_LOCAL or t == ADJ_DROP or (
+                    ip6 and not flags & F_L2_MCAST and dp.adj[a, A_IF] == meta[M_RX, i])):
+                _not_forwarded(frames, frame_n, meta, buf, i, flags, ip6)
+                continue
         to_adjacency(frames, frame_n, meta, dp, i, a, ip6)
 
 
