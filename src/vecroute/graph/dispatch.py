@@ -137,7 +137,7 @@ def _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk
             elif node == N.FW_OUT:
                 fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, DIR_OUT)
             elif node == N.IP4_REWRITE:
-                ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc)
+                ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now)
             elif node == N.IP6_REWRITE:
                 ip6_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now)
             elif node == N.IP4_FRAG:

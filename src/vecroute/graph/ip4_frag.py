@@ -12,12 +12,14 @@ from numba import njit
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import FREE, INTERFACE_OUTPUT
-from vecroute.graph.rewrite import rewrite_l2
+from vecroute.graph.rewrite import count_answer, rewrite_l2
 from vecroute.graph.state import A_IF, I_MTU
 from vecroute.packet.batch import (
+    F_ANSWER,
     F_FRAG,
     F_FRAG_NONFIRST,
     F_LOCAL_ORIGIN,
+    F_REDIRECT,
     HEADROOM,
     M_ADJ,
     M_AUX,
@@ -146,6 +148,8 @@ def ip4_frag(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
             rewrite_l2(buf, meta, dp, made[m], a)
             enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, made[m])
         dp.counters[C.C_FRAGMENTS_CREATED] += seq
+        if meta[M_FLAGS, i] & (F_ANSWER | F_REDIRECT):  # an error of ours, fragmented: sent
+            count_answer(dp.counters, meta[M_FLAGS, i])
         wr16(buf, l3 + 2, ihl + first_room)
         wr16(buf, l3 + 6, (fo & 0x4000) | 0x2000 | (base // 8))
         wr16(buf, l3 + 10, 0)

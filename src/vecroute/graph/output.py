@@ -1,7 +1,7 @@
 """interface-output, error-drop and punt: where every packet's journey ends.
 
-interface-output appends to the batch's transmit list (the I/O layer writes it out) and
-counts the ICMP errors, TCP RSTs and redirects the router built as they leave; error-drop
+interface-output appends to the batch's transmit list (the I/O layer writes it out);
+error-drop
 counts the reason once and the receiving interface's drops (and, for an answer the router
 built, that it never left); punt leaves the packet in place for the control plane.
 """
@@ -13,7 +13,6 @@ from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX
 from vecroute.graph.state import IFS_DROPS, IFS_TX_BYTES, IFS_TX_PKTS
 from vecroute.packet.batch import (
     F_ANSWER,
-    F_ICMP_ERROR,
     F_REDIRECT,
     M_ERR,
     M_FLAGS,
@@ -32,14 +31,6 @@ def interface_output(work, k, meta, dp, txl, txn) -> None:
         tx = meta[M_TX, i]
         dp.if_stats[tx, IFS_TX_PKTS] += 1
         dp.if_stats[tx, IFS_TX_BYTES] += meta[M_LEN, i]
-        f = meta[M_FLAGS, i]
-        if f & (F_ANSWER | F_REDIRECT):
-            if f & F_REDIRECT:
-                dp.counters[C.C_REDIRECT_SENT] += 1
-            elif f & F_ICMP_ERROR:
-                dp.counters[C.C_ICMP_ERROR_SENT] += 1
-            else:
-                dp.counters[C.C_TCP_RESET_SENT] += 1
         meta[M_NEXT, i] = DONE_TX
         txl[n] = i
         n += 1

@@ -30,8 +30,9 @@ from vecroute.graph.state import (
     I_REDIRECTS,
     IF6_LL,
 )
-from vecroute.graph.token_bucket import take_token
+from vecroute.graph.token_bucket import has_token, take_token
 from vecroute.packet.batch import (
+    F_ANSWER,
     F_FRAG_NONFIRST,
     F_HLIM_DONE,
     F_ICMP_ERROR,
@@ -48,6 +49,7 @@ from vecroute.packet.batch import (
     M_L3,
     M_L4,
     M_LEN,
+    M_NEXT,
     M_OFF,
     M_ORIG,
     M_PROTO,
@@ -80,15 +82,21 @@ from vecroute.packet.intrinsics import memcpy
 
 
 @njit(cache=True, inline="always")
-def apply_rewrite(buf, meta, dp, i, a) -> None:
+def rewrite_from(buf, meta, adj, adj_rw, i, a) -> None:
     """Prepend the adjacency's L2 header: one copy of 14 bytes into the headroom."""
     l3 = meta[M_L3, i]
-    n = dp.adj[a, A_RWLEN]
+    n = adj[a, A_RWLEN]
     o = l3 - n
-    memcpy(buf, o, dp.adj_rw[a], 0, n)
+    memcpy(buf, o, adj_rw[a], 0, n)
     meta[M_LEN, i] = meta[M_LEN, i] - (o - meta[M_OFF, i])
     meta[M_OFF, i] = o
-    meta[M_TX, i] = dp.adj[a, A_IF]
+    meta[M_TX, i] = adj[a, A_IF]
+
+
+@njit(cache=True, inline="always")
+def apply_rewrite(buf, meta, dp, i, a) -> None:
+    """rewrite_from with the forwarding state's arrays (off the hot loops)."""
+    rewrite_from(buf, meta, dp.adj, dp.adj_rw, i, a)
 
 
 @njit(cache=True, inline="always")
@@ -98,8 +106,8 @@ def save_reply_mac(buf, meta, i, o) -> None:
     meta[M_AUX2, i] = (np.int32(buf[o + 3]) << 16) | (np.int32(buf[o + 4]) << 8) | buf[o + 5]
 
 
-@njit(cache=True)
-def reply_rewrite(buf, meta, dp, i, a) -> None:
+@njit(cache=True, inline="always")
+def reply_rewrite(buf, meta, adj, if_mac, i, a) -> None:
     """The L2 header of an answer to a link-local source: from the interface the question
     came in on, to the MAC it came from (RFC 4291 2.5.6: it never leaves that link)."""
     o = meta[M_L3, i] - 14
@@ -108,9 +116,9 @@ def reply_rewrite(buf, meta, dp, i, a) -> None:
     for b in range(3):
         buf[o + b] = np.uint8((m0 >> (16 - 8 * b)) & 0xFF)
         buf[o + 3 + b] = np.uint8((m1 >> (16 - 8 * b)) & 0xFF)
-    ifx = dp.adj[a, A_IF]
+    ifx = adj[a, A_IF]
     for b in range(6):
-        buf[o + 6 + b] = dp.if_mac[ifx, b]
+        buf[o + 6 + b] = if_mac[ifx, b]
     wr16(buf, o + 12, ETH_P_IPV6 if meta[M_FLAGS, i] & F_IP6 else ETH_P_IP)
     meta[M_LEN, i] = meta[M_LEN, i] - (o - meta[M_OFF, i])
     meta[M_OFF, i] = o
@@ -121,30 +129,42 @@ def reply_rewrite(buf, meta, dp, i, a) -> None:
 def rewrite_l2(buf, meta, dp, i, a) -> None:
     """apply_rewrite or, for a reply adjacency, reply_rewrite (off the hot path: fragments)."""
     if dp.adj[a, A_TYPE] == ADJ_REPLY:
-        reply_rewrite(buf, meta, dp, i, a)
+        reply_rewrite(buf, meta, dp.adj, dp.if_mac, i, a)
     else:
         apply_rewrite(buf, meta, dp, i, a)
 
 
-@njit(cache=True)
-def send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a) -> None:
-    """RFC 1812 5.2.7.2 / RFC 792: packet i leaves by the interface it came in on to a next
-    hop on its source's subnet: tell the source (host redirect, code 1), as Linux does when
-    send_redirects is on. The packet itself is still forwarded; the redirect is a copy of
-    its header + 64 bits of data in a spare slot, built and rate-limited by icmp4-error."""
+@njit(cache=True, inline="always")
+def _gateway4(buf, l3, adj, a) -> np.uint32:
+    gw = np.uint32(adj[a, A_NH4])
+    return gw if gw != 0 else rd32(buf, l3 + 16)
+
+
+@njit(cache=True, inline="always")
+def redirect4_wanted(buf, meta, ifc, adj, i, a) -> bool:
+    """RFC 1812 5.2.7.2: packet i (leaving by the interface it came in on) goes to a next
+    hop on its source's subnet, the interface sends redirects, and it is no ICMP error.
+    Plain arrays only: this runs for every such packet (dp per call costs refcounts)."""
     rx = meta[M_RX, i]
-    ifc = dp.ifc
     if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
-        return
+        return False
     l3 = meta[M_L3, i]
     src = rd32(buf, l3 + 12)
-    gw = np.uint32(dp.adj[a, A_NH4])
-    if gw == 0:
-        gw = rd32(buf, l3 + 16)
+    gw = _gateway4(buf, l3, adj, a)
     me = np.uint32(ifc[rx, I_IP4])
     mask = np.uint32(ifc[rx, I_IP4_MASK])
-    if me == 0 or (src ^ me) & mask or (gw ^ me) & mask or src == gw:
-        return
+    return not (me == 0 or (src ^ me) & mask or (gw ^ me) & mask or src == gw)
+
+
+@njit(cache=True)
+def send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a) -> None:
+    """Tell the source of packet i (redirect4_wanted) of the better gateway: host redirect,
+    code 1, as Linux does when send_redirects is on. The packet itself is still forwarded;
+    the redirect is a copy of its header + 64 bits of data in a spare slot, built and
+    rate-limited by icmp4-error."""
+    rx = meta[M_RX, i]
+    l3 = meta[M_L3, i]
+    gw = _gateway4(buf, l3, dp.adj, a)
     s = alloc_slot(meta, nalloc, meta[M_ORIG, i], rx)
     if s < 0:
         return
@@ -167,21 +187,21 @@ def send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a) -> None:
 
 
 @njit(cache=True, inline="always")
-def _nh6_is(dp, a, buf, o) -> bool:
+def _nh6_is(adj, a, buf, o) -> bool:
     """The adjacency's IPv6 next hop is the 16 bytes at buf[o:]."""
     for w in range(4):
-        if np.uint32(dp.adj[a, A_NH6 + w]) != rd32(buf, o + 4 * w):
+        if np.uint32(adj[a, A_NH6 + w]) != rd32(buf, o + 4 * w):
             return False
     return True
 
 
 @njit(cache=True, inline="always")
-def _on_link6(dp, rx, buf, o) -> bool:
+def _on_link6(if_ip6, rx, buf, o) -> bool:
     """The address at buf[o:] is link-local or in a /64 of the interface's addresses."""
     if buf[o] == 0xFE and (buf[o + 1] & 0xC0) == 0x80:
         return True
-    for r in range(1, dp.if_ip6.shape[1]):
-        a = dp.if_ip6[rx, r]
+    for r in range(1, if_ip6.shape[1]):
+        a = if_ip6[rx, r]
         if a[0] == 0:
             continue
         same = True
@@ -194,33 +214,43 @@ def _on_link6(dp, rx, buf, o) -> bool:
     return False
 
 
+@njit(cache=True, inline="always")
+def redirect6_wanted(buf, meta, ifc, adj, if_ip6, i, a) -> bool:
+    """RFC 4861 8.2: packet i leaves by the interface it came in on for a destination on
+    the sender's own link (its adjacency's next hop is the destination itself, and the
+    source is on-link). A better router on the link would have to be named by its
+    link-local address, which configured next hops do not give: no redirect then (Linux
+    sends none for a non-link-local target either). Plain arrays only (see redirect4)."""
+    rx = meta[M_RX, i]
+    if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
+        return False
+    l3 = meta[M_L3, i]
+    return (l3 - meta[M_OFF, i] == 14 and if_ip6[rx, IF6_LL, 0] != 0
+            and _nh6_is(adj, a, buf, l3 + 24) and _on_link6(if_ip6, rx, buf, l3 + 8))
+
+
 @njit(cache=True)
 def send_redirect6(buf, meta, frames, frame_n, dp, nalloc, i, a, now) -> None:
-    """RFC 4861 8.2: packet i leaves by the interface it came in on for a destination on
-    the sender's own link (its adjacency's next hop is the destination itself): tell the
-    sender, from our link-local address, with the target's link-layer address and as much
-    of the packet as fits in 1280 bytes. A better router on the link would need its
-    link-local address, which configured next hops do not give: no redirect then (Linux
-    sends none for a non-link-local target either). Rate-limited by the ICMP bucket."""
+    """The ND redirect for packet i (redirect6_wanted): from our link-local address, the
+    target's link-layer address and as much of the packet as fits in 1280 bytes."""
     rx = meta[M_RX, i]
-    if dp.ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
-        return
     l3 = meta[M_L3, i]
-    o_eth = meta[M_OFF, i]
-    if l3 - o_eth != 14 or not _nh6_is(dp, a, buf, l3 + 24) or not _on_link6(dp, rx, buf, l3 + 8):
-        return
     ll = dp.if_ip6[rx, IF6_LL]
-    if ll[0] == 0 or not take_token(dp.icmp_tb, now):
+    if not take_token(dp.icmp_tb, now):
         return
     s = alloc_slot(meta, nalloc, meta[M_ORIG, i], rx)
     if s < 0:
         return
-    iplen = meta[M_LEN, i] - (l3 - o_eth)
+    iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
     fixed = IP6_HLEN + 40 + 8  # IPv6, the redirect message, target link-layer address
     rd = min(IP6_MIN_MTU - fixed, iplen + 8) & ~7  # redirected header option (Linux too)
     o = s * SLOT + HEADROOM
+    m0 = meta[M_AUX, i]  # the sender's MAC, kept by ip6-rewrite: it is on this link
+    m1 = meta[M_AUX2, i]
+    for b in range(3):
+        buf[o + b] = np.uint8((m0 >> (16 - 8 * b)) & 0xFF)
+        buf[o + 3 + b] = np.uint8((m1 >> (16 - 8 * b)) & 0xFF)
     for b in range(6):
-        buf[o + b] = buf[o_eth + 6 + b]  # to the sender's MAC: it is on this link
         buf[o + 6 + b] = dp.if_mac[rx, b]
     wr16(buf, o + 12, ETH_P_IPV6)
     n = o + 14
@@ -261,31 +291,50 @@ def send_redirect6(buf, meta, frames, frame_n, dp, nalloc, i, a, now) -> None:
     meta[M_L4, s] = c
     meta[M_FLAGS, s] = F_REDIRECT | F_LOCAL_ORIGIN | F_IP6 | F_ICMP_ERROR
     meta[M_SEQ, s] = meta[M_SEQ, i] + 1
+    dp.counters[C.C_REDIRECT_SENT] += 1  # nothing can stop it now
     enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, s)
 
 
+@njit(cache=True, inline="always")
+def count_answer(counters, flags) -> None:
+    """An ICMP error, RST or redirect the router built leaves now: count it as sent
+    (after the neighbour check, the last place it could die; ip4-frag counts its own)."""
+    if flags & F_REDIRECT:
+        counters[C.C_REDIRECT_SENT] += 1
+    elif flags & F_ICMP_ERROR:
+        counters[C.C_ICMP_ERROR_SENT] += 1
+    else:
+        counters[C.C_TCP_RESET_SENT] += 1
+
+
 @njit(cache=True)
-def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
+def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
+    # the arrays are taken out of dp once and no call in the loop takes dp: a dp argument
+    # costs a reference count update of every array it holds, per call
+    ifc, adj, adj_rw, if_mac, tb, counters = (
+        dp.ifc, dp.adj, dp.adj_rw, dp.if_mac, dp.icmp_tb, dp.counters)
     fwd = 0
     for j in range(k):
         i = work[j]
         a = meta[M_ADJ, i]
         l3 = meta[M_L3, i]
-        local = meta[M_FLAGS, i] & F_LOCAL_ORIGIN
-        keep_ttl = meta[M_FLAGS, i] & (F_LOCAL_ORIGIN | F_HLIM_DONE)
+        flags = meta[M_FLAGS, i]
+        local = flags & F_LOCAL_ORIGIN
+        keep_ttl = flags & (F_LOCAL_ORIGIN | F_HLIM_DONE)
         ttl = np.int32(buf[l3 + 8])
         if not keep_ttl and ttl <= 1:
             icmp_error(frames, frame_n, meta, i, False, C.C_TTL_EXPIRED,
                        ICMP4_TIME_EXCEEDED, 0, 0)
             continue
         iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
-        mtu = dp.ifc[dp.adj[a, A_IF], I_MTU]
+        ifx = adj[a, A_IF]
+        mtu = ifc[ifx, I_MTU]
         need_frag = iplen > mtu
         if need_frag and rd16(buf, l3 + 6) & 0x4000:
             icmp_error(frames, frame_n, meta, i, False, C.C_MTU_EXCEEDED,
                        ICMP4_DEST_UNREACH, ICMP4_FRAG_NEEDED, mtu)
             continue
-        t = dp.adj[a, A_TYPE]
+        t = adj[a, A_TYPE]
         if t != ADJ_REWRITE and t != ADJ_REPLY:
             enqueue(frames, frame_n, meta, NEIGHBOR_REQUEST, i)
             continue
@@ -296,21 +345,52 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
             wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
         if not local:
             fwd += 1
-            if dp.adj[a, A_IF] == meta[M_RX, i]:  # back out the way it came: redirect?
-                send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a)
         if need_frag:
             enqueue(frames, frame_n, meta, IP4_FRAG, i)
-        elif t == ADJ_REPLY:
-            reply_rewrite(buf, meta, dp, i, a)
-            enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)
         else:
-            apply_rewrite(buf, meta, dp, i, a)
+            if t == ADJ_REWRITE:  # a reply adjacency's header: in the pass below
+                rewrite_from(buf, meta, adj, adj_rw, i, a)
             enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)
-    dp.counters[C.C_IP4_FORWARDED] += fwd
+    counters[C.C_IP4_FORWARDED] += fwd
+    # the rare cases in a pass of their own: any code for them in the loop above cost
+    # every packet ~10 ns (measured). Our answers: the reply L2 header, counted as sent;
+    # forwarded packets back out the way they came: redirects (the IP header + 8 bytes are
+    # still in place, only L2 changed)
+    for j in range(k):
+        i = work[j]
+        nx = meta[M_NEXT, i]
+        if nx != INTERFACE_OUTPUT and nx != IP4_FRAG:
+            continue
+        f = meta[M_FLAGS, i]
+        a = meta[M_ADJ, i]
+        if f & F_LOCAL_ORIGIN:
+            if nx == INTERFACE_OUTPUT:
+                if adj[a, A_TYPE] == ADJ_REPLY:
+                    reply_rewrite(buf, meta, adj, if_mac, i, a)
+                if f & (F_ANSWER | F_REDIRECT):
+                    count_answer(counters, f)
+        elif (adj[a, A_IF] == meta[M_RX, i] and ifc[adj[a, A_IF], I_REDIRECTS]
+                and redirect4_wanted(buf, meta, ifc, adj, i, a) and has_token(tb, now)):
+            send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a)
 
 
 @njit(cache=True)
 def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
+    ifc, adj, adj_rw, if_mac, if_ip6, counters = (
+        dp.ifc, dp.adj, dp.adj_rw, dp.if_mac, dp.if_ip6, dp.counters)  # as in ip4-rewrite
+    # ND redirects first, in a pass of their own (see ip4-rewrite), for packets that will
+    # be forwarded back out the way they came: quoted as they came, like Linux
+    for j in range(k):
+        i = work[j]
+        a = meta[M_ADJ, i]
+        ifx = adj[a, A_IF]
+        if (ifx == meta[M_RX, i] and _nh6_is(adj, a, buf, meta[M_L3, i] + 24)
+                and not meta[M_FLAGS, i] & (F_LOCAL_ORIGIN | F_HLIM_DONE)
+                and adj[a, A_TYPE] == ADJ_REWRITE and buf[meta[M_L3, i] + 7] > 1
+                and meta[M_LEN, i] - (meta[M_L3, i] - meta[M_OFF, i]) <= ifc[ifx, I_MTU]
+                and redirect6_wanted(buf, meta, ifc, adj, if_ip6, i, a)):
+            save_reply_mac(buf, meta, i, meta[M_OFF, i] + 6)  # the sender's MAC
+            send_redirect6(buf, meta, frames, frame_n, dp, nalloc, i, a, now)
     fwd = 0
     for j in range(k):
         i = work[j]
@@ -324,26 +404,31 @@ def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
                        ICMP6_TIME_EXCEEDED, 0, 0)
             continue
         iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
-        mtu = dp.ifc[dp.adj[a, A_IF], I_MTU]
+        ifx = adj[a, A_IF]
+        mtu = ifc[ifx, I_MTU]
         if iplen > mtu:
             icmp_error(frames, frame_n, meta, i, True, C.C_MTU_EXCEEDED,
                        ICMP6_PACKET_TOO_BIG, 0, mtu)
             continue
-        t = dp.adj[a, A_TYPE]
+        t = adj[a, A_TYPE]
         if t != ADJ_REWRITE and t != ADJ_REPLY:
             enqueue(frames, frame_n, meta, NEIGHBOR_REQUEST, i)
             continue
         if not local:
             fwd += 1
-            if dp.adj[a, A_IF] == meta[M_RX, i] and t == ADJ_REWRITE:  # redirect? (it
-                send_redirect6(buf, meta, frames, frame_n, dp, nalloc, i, a, now)  # quotes
-        if not keep_hlim:  # the packet as it came, like Linux)
+        if not keep_hlim:
             buf[l3 + 7] -= 1
-        if t == ADJ_REPLY:
-            reply_rewrite(buf, meta, dp, i, a)
-        else:
-            apply_rewrite(buf, meta, dp, i, a)
+        if t == ADJ_REWRITE:  # a reply adjacency's header: in the pass below
+            rewrite_from(buf, meta, adj, adj_rw, i, a)
         enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)
-    dp.counters[C.C_IP6_FORWARDED] += fwd
-
-
+    counters[C.C_IP6_FORWARDED] += fwd
+    for j in range(k):  # our answers (see ip4-rewrite): reply L2 header, counted as sent
+        i = work[j]
+        f = meta[M_FLAGS, i]
+        if meta[M_NEXT, i] != INTERFACE_OUTPUT or not f & F_LOCAL_ORIGIN:
+            continue
+        a = meta[M_ADJ, i]
+        if adj[a, A_TYPE] == ADJ_REPLY:
+            reply_rewrite(buf, meta, adj, if_mac, i, a)
+        if f & (F_ANSWER | F_REDIRECT):
+            count_answer(counters, f)

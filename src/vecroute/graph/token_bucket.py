@@ -7,9 +7,10 @@ from vecroute.graph.state import TB_BURST, TB_CREDIT, TB_LAST, TB_RATE
 NANO = 1_000_000_000
 
 
-@njit(cache=True)
-def take_token(tb, now: int) -> bool:
-    """Global token bucket: refill at TB_RATE tokens/s up to TB_BURST, take one."""
+@njit(cache=True, inline="always")
+def has_token(tb, now: int) -> bool:
+    """Refill the bucket and say whether take_token would succeed (takes nothing): a
+    caller checks it before the work of building what the token pays for."""
     cap = tb[TB_BURST] * NANO
     if tb[TB_LAST] < 0:
         tb[TB_LAST] = now
@@ -20,7 +21,13 @@ def take_token(tb, now: int) -> bool:
         c = tb[TB_CREDIT] + el * tb[TB_RATE]
         tb[TB_CREDIT] = c if c < cap else cap
         tb[TB_LAST] = now
-    if tb[TB_CREDIT] < NANO:
+    return tb[TB_CREDIT] >= NANO
+
+
+@njit(cache=True)
+def take_token(tb, now: int) -> bool:
+    """Global token bucket: refill at TB_RATE tokens/s up to TB_BURST, take one."""
+    if not has_token(tb, now):
         return False
     tb[TB_CREDIT] -= NANO
     return True
