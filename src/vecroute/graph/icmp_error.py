@@ -71,7 +71,6 @@ from vecroute.packet.headers import (
     IP6_HLEN,
     PROTO_ICMP,
     PROTO_ICMPV6,
-    is_link_local6,
     rd32,
     rd64,
     wr16,
@@ -99,17 +98,6 @@ def answer_on_link(buf, meta, dp, i) -> int:
         return -1
     save_reply_mac(buf, meta, i, o + 6)
     return dp.ifc[meta[M_RX, i], I_REPLY_ADJ]
-
-
-@njit(cache=True, inline="always")
-def force_on_link(buf, meta, dp, i) -> bool:
-    """Send an answer to a link-local asker by its reply adjacency (the lookup honours
-    F_FORCED_ADJ, set by the caller); False when that cannot be done (no Ethernet header)."""
-    a = answer_on_link(buf, meta, dp, i)
-    if a < 0:
-        return False
-    meta[M_ADJ, i] = a
-    return True
 
 
 @njit(cache=True, inline="always")
@@ -256,7 +244,7 @@ def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
             dp.counters[C.C_FIB_LOOKUPS] += 1
         to_us = (oa >= 0 and dp.adj[oa, A_TYPE] == ADJ_LOCAL and dp.adj[oa, A_NH4] == 0
                  and buf[l3 + 24] != 0xFF) or is_our_ll(dp, meta[M_RX, i], buf, l3)
-        ll = is_link_local6(buf, l3 + 8)
+        ll = buf[l3 + 8] == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80
         if ll:  # RFC 4291 2.5.6: back on the link it came from, never through the FIB
             a = answer_on_link(buf, meta, dp, i)
             if a < 0:

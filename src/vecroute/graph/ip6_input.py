@@ -36,7 +36,6 @@ from vecroute.packet.headers import (
     PROTO_HOPOPT,
     PROTO_ICMPV6,
     PROTO_ROUTING,
-    is_link_local6,
     rd16,
     rd64,
 )
@@ -223,7 +222,7 @@ def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
         if (proto == PROTO_ICMPV6 and not (flags & F_FRAG_NONFIRST)
                 and l4 < l3 + IP6_HLEN + plen and buf[l4] < 128):
             flags |= F_ICMP_ERROR
-        if is_link_local6(buf, l3 + 8):
+        if s0 == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80:
             flags |= F_LINK_LOCAL
         meta[M_FLAGS, i] = flags
         if buf[l3 + 6] == PROTO_HOPOPT:  # hop-by-hop options: every node looks (like Linux)
@@ -237,7 +236,7 @@ def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
                 enqueue(frames, frame_n, meta, IP6_LOCAL, i)
             else:
                 drop(frames, frame_n, meta, i, C.C_IP6_DST_MULTICAST)
-        elif is_link_local6(buf, l3 + 24):
+        elif d0 == 0xFE and (buf[l3 + 25] & 0xC0) == 0x80:
             if is_our_ll(dp, rx, buf, l3):
                 enqueue(frames, frame_n, meta, IP6_LOCAL, i)
             else:

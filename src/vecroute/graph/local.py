@@ -17,7 +17,7 @@ from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, icmp_error
-from vecroute.graph.icmp_error import force_on_link
+from vecroute.graph.icmp_error import answer_on_link
 from vecroute.graph.ip4_input import is_link_local4
 from vecroute.graph.ip6_input import OPT_OK, option_verdict, scan_options
 from vecroute.graph.node_ids import (
@@ -83,7 +83,6 @@ from vecroute.packet.headers import (
     PROTO_TCP,
     PROTO_UDP,
     copy_bytes,
-    is_link_local6,
     rd16,
     rd32,
     wr16,
@@ -142,9 +141,11 @@ def _route_reply(frames, frame_n, meta, buf, dp, i, ll, lookup) -> None:
     asker by the interface it came in on (the lookup honours the forced adjacency)."""
     flags = meta[M_FLAGS, i]
     if ll:
-        if not force_on_link(buf, meta, dp, i):
+        a = answer_on_link(buf, meta, dp, i)
+        if a < 0:
             drop(frames, frame_n, meta, i, C.C_LOCAL_UNHANDLED)
             return
+        meta[M_ADJ, i] = a
         flags |= F_FORCED_ADJ
     meta[M_FLAGS, i] = flags
     enqueue(frames, frame_n, meta, lookup, i)
@@ -279,7 +280,7 @@ def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
         a = meta[M_ADJ, i]  # multicast, or the subnet-router anycast address: not a source
         mcast = buf[l3 + 24] == 0xFF or (a >= 0 and dp.adj[a, A_TYPE] == ADJ_LOCAL
                                          and dp.adj[a, A_NH4] == LOCAL_ANYCAST)
-        ll = is_link_local6(buf, l3 + 8)
+        ll = buf[l3 + 8] == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80
         for b in range(16):
             t2 = buf[l3 + 8 + b]
             buf[l3 + 8 + b] = buf[l3 + 24 + b]

@@ -73,7 +73,6 @@ from vecroute.packet.headers import (
     IP6_HLEN,
     IP6_MIN_MTU,
     PROTO_ICMPV6,
-    is_link_local6,
     rd16,
     rd32,
     wr16,
@@ -108,21 +107,15 @@ def save_reply_mac(buf, meta, i, o) -> None:
 
 
 @njit(cache=True, inline="always")
-def put_reply_mac(buf, meta, i, o) -> None:
-    """Write at buf[o:o+6] the MAC save_reply_mac kept."""
+def reply_rewrite(buf, meta, adj, if_mac, i, a) -> None:
+    """The L2 header of an answer to a link-local source: from the interface the question
+    came in on, to the MAC it came from (RFC 4291 2.5.6: it never leaves that link)."""
+    o = meta[M_L3, i] - 14
     m0 = meta[M_AUX, i]
     m1 = meta[M_AUX2, i]
     for b in range(3):
         buf[o + b] = np.uint8((m0 >> (16 - 8 * b)) & 0xFF)
         buf[o + 3 + b] = np.uint8((m1 >> (16 - 8 * b)) & 0xFF)
-
-
-@njit(cache=True, inline="always")
-def reply_rewrite(buf, meta, adj, if_mac, i, a) -> None:
-    """The L2 header of an answer to a link-local source: from the interface the question
-    came in on, to the MAC it came from (RFC 4291 2.5.6: it never leaves that link)."""
-    o = meta[M_L3, i] - 14
-    put_reply_mac(buf, meta, i, o)
     ifx = adj[a, A_IF]
     for b in range(6):
         buf[o + 6 + b] = if_mac[ifx, b]
@@ -149,11 +142,11 @@ def _gateway4(buf, l3, adj, a) -> np.uint32:
 
 @njit(cache=True, inline="always")
 def redirect4_wanted(buf, meta, ifc, adj, i, a) -> bool:
-    """RFC 1812 5.2.7.2: packet i leaves by the interface it came in on, to a next hop on
-    its source's subnet, the interface sends redirects, and it is no ICMP error. Plain
-    arrays only: this runs for every forwarded packet (dp per call costs refcounts)."""
+    """RFC 1812 5.2.7.2: packet i (leaving by the interface it came in on) goes to a next
+    hop on its source's subnet, the interface sends redirects, and it is no ICMP error.
+    Plain arrays only: this runs for every such packet (dp per call costs refcounts)."""
     rx = meta[M_RX, i]
-    if adj[a, A_IF] != rx or ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
+    if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
         return False
     l3 = meta[M_L3, i]
     src = rd32(buf, l3 + 12)
@@ -205,7 +198,7 @@ def _nh6_is(adj, a, buf, o) -> bool:
 @njit(cache=True, inline="always")
 def _on_link6(if_ip6, rx, buf, o) -> bool:
     """The address at buf[o:] is link-local or in a /64 of the interface's addresses."""
-    if is_link_local6(buf, o):
+    if buf[o] == 0xFE and (buf[o + 1] & 0xC0) == 0x80:
         return True
     for r in range(1, if_ip6.shape[1]):
         a = if_ip6[rx, r]
@@ -229,19 +222,11 @@ def redirect6_wanted(buf, meta, ifc, adj, if_ip6, i, a) -> bool:
     link-local address, which configured next hops do not give: no redirect then (Linux
     sends none for a non-link-local target either). Plain arrays only (see redirect4)."""
     rx = meta[M_RX, i]
-    ifx = adj[a, A_IF]
+    if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
+        return False
     l3 = meta[M_L3, i]
-    # cheapest and most selective first: this runs for every packet of the frame
-    if ifx != rx or not _nh6_is(adj, a, buf, l3 + 24):
-        return False
-    if (ifc[rx, I_REDIRECTS] == 0 or adj[a, A_TYPE] != ADJ_REWRITE
-            or meta[M_FLAGS, i] & (F_ICMP_ERROR | F_LOCAL_ORIGIN | F_HLIM_DONE)):
-        return False
-    # what ip6-rewrite will forward: hop limit left, fits the MTU
-    if buf[l3 + 7] <= 1 or meta[M_LEN, i] - (l3 - meta[M_OFF, i]) > ifc[ifx, I_MTU]:
-        return False
     return (l3 - meta[M_OFF, i] == 14 and if_ip6[rx, IF6_LL, 0] != 0
-            and _on_link6(if_ip6, rx, buf, l3 + 8))
+            and _nh6_is(adj, a, buf, l3 + 24) and _on_link6(if_ip6, rx, buf, l3 + 8))
 
 
 @njit(cache=True)
@@ -260,7 +245,11 @@ def send_redirect6(buf, meta, frames, frame_n, dp, nalloc, i, a, now) -> None:
     fixed = IP6_HLEN + 40 + 8  # IPv6, the redirect message, target link-layer address
     rd = min(IP6_MIN_MTU - fixed, iplen + 8) & ~7  # redirected header option (Linux too)
     o = s * SLOT + HEADROOM
-    put_reply_mac(buf, meta, i, o)  # the sender's, kept by ip6-rewrite: it is on this link
+    m0 = meta[M_AUX, i]  # the sender's MAC, kept by ip6-rewrite: it is on this link
+    m1 = meta[M_AUX2, i]
+    for b in range(3):
+        buf[o + b] = np.uint8((m0 >> (16 - 8 * b)) & 0xFF)
+        buf[o + 3 + b] = np.uint8((m1 >> (16 - 8 * b)) & 0xFF)
     for b in range(6):
         buf[o + 6 + b] = dp.if_mac[rx, b]
     wr16(buf, o + 12, ETH_P_IPV6)
@@ -380,7 +369,8 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
                     reply_rewrite(buf, meta, adj, if_mac, i, a)
                 if f & (F_ANSWER | F_REDIRECT):
                     count_answer(counters, f)
-        elif redirect4_wanted(buf, meta, ifc, adj, i, a) and has_token(tb, now):
+        elif (adj[a, A_IF] == meta[M_RX, i] and ifc[adj[a, A_IF], I_REDIRECTS]
+                and redirect4_wanted(buf, meta, ifc, adj, i, a) and has_token(tb, now)):
             send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a)
 
 
@@ -393,7 +383,12 @@ def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
     for j in range(k):
         i = work[j]
         a = meta[M_ADJ, i]
-        if redirect6_wanted(buf, meta, ifc, adj, if_ip6, i, a):
+        ifx = adj[a, A_IF]
+        if (ifx == meta[M_RX, i] and _nh6_is(adj, a, buf, meta[M_L3, i] + 24)
+                and not meta[M_FLAGS, i] & (F_LOCAL_ORIGIN | F_HLIM_DONE)
+                and adj[a, A_TYPE] == ADJ_REWRITE and buf[meta[M_L3, i] + 7] > 1
+                and meta[M_LEN, i] - (meta[M_L3, i] - meta[M_OFF, i]) <= ifc[ifx, I_MTU]
+                and redirect6_wanted(buf, meta, ifc, adj, if_ip6, i, a)):
             save_reply_mac(buf, meta, i, meta[M_OFF, i] + 6)  # the sender's MAC
             send_redirect6(buf, meta, frames, frame_n, dp, nalloc, i, a, now)
     fwd = 0

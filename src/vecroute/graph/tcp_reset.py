@@ -15,7 +15,7 @@ from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.frames import enqueue
-from vecroute.graph.icmp_error import count_drop, force_on_link, give_up
+from vecroute.graph.icmp_error import answer_on_link, count_drop, give_up
 from vecroute.graph.ip4_input import is_link_local4, is_martian4
 from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP
 from vecroute.graph.state import TB_IP_ID
@@ -26,6 +26,7 @@ from vecroute.packet.batch import (
     F_IP6,
     F_L2_MCAST,
     F_LOCAL_ORIGIN,
+    M_ADJ,
     M_ERR,
     M_FLAGS,
     M_L3,
@@ -35,16 +36,7 @@ from vecroute.packet.batch import (
     M_PROTO,
 )
 from vecroute.packet.checksum import checksum, pseudo_header4, pseudo_header6
-from vecroute.packet.headers import (
-    IP4_HLEN,
-    IP6_HLEN,
-    PROTO_TCP,
-    is_link_local6,
-    rd16,
-    rd32,
-    wr16,
-    wr32,
-)
+from vecroute.packet.headers import IP4_HLEN, IP6_HLEN, PROTO_TCP, rd16, rd32, wr16, wr32
 
 TCP_HLEN = 20
 TH_FIN = 0x01
@@ -77,14 +69,16 @@ def tcp_reset(work, k, buf, meta, frames, frame_n, dp) -> None:
             give_up(frames, frame_n, meta, dp, i, C.C_FW_RESET_SUPPRESSED)
             continue
         if ip6:
-            ll = is_link_local6(buf, l3 + 8)
+            ll = buf[l3 + 8] == 0xFE and (buf[l3 + 9] & 0xC0) == 0x80
         else:
             ll = is_link_local4(src)
         forced = 0
         if ll:  # on the link it came from, never through the FIB
-            if not force_on_link(buf, meta, dp, i):
+            a = answer_on_link(buf, meta, dp, i)
+            if a < 0:
                 give_up(frames, frame_n, meta, dp, i, C.C_FW_RESET_SUPPRESSED)
                 continue
+            meta[M_ADJ, i] = a
             forced = F_FORCED_ADJ
         sport = rd16(buf, l4)
         dport = rd16(buf, l4 + 2)

@@ -66,12 +66,6 @@ IP6_MIN_MTU = 1280
 
 
 @njit(cache=True, inline="always")
-def is_link_local6(buf: np.ndarray, o: int) -> bool:
-    """The IPv6 address at buf[o:] is in fe80::/10."""
-    return buf[o] == 0xFE and (buf[o + 1] & 0xC0) == 0x80
-
-
-@njit(cache=True, inline="always")
 def rd16(buf: np.ndarray, o: int) -> np.uint32:
     return (np.uint32(buf[o]) << np.uint32(8)) | np.uint32(buf[o + 1])
 
