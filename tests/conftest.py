@@ -258,8 +258,8 @@ class Router:
             del res.counters["not-for-us"]
         res.fates = [f for f, r in zip(res.fates, real, strict=True) if r >= 0]
         res.n_in = len(frames)
-        for t in res.tx:
-            t.orig = real[t.orig]
+        for t in res.tx:  # a spare slot answering no input (reassembly timeout): -1
+            t.orig = real[t.orig] if t.orig < len(real) else -1
         return res
 
     def _run(self, items, frames, ts, step: int, canaries=None) -> Result:

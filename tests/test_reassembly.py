@@ -670,3 +670,19 @@ def test_garbage_fragments_property(frags) -> None:
     assert used(r) == 0
     assert np.all(r.state.reass_ctl[:, 0] == 0)
     assert np.all(r.state.reass_glob[1:5] == -1), "both creation-order lists empty"
+
+
+def test_timeout_error_to_a_link_local_source_is_not_sent_to_a_garbage_mac() -> None:
+    """The context keeps no MAC, and an answer to a link-local source must go back to the
+    sender's MAC (RFC 4291 2.5.6): the Time Exceeded is suppressed, never sent to
+    whatever bytes sit in the spare slot (found by an adversarial review)."""
+    from conftest import DST4, R1, R1_IP6
+    from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6ExtHdrFragment
+
+    r = Router()
+    frag = (Ether(dst=R1, src="02:00:00:00:77:77") / IPv6(src="fe80::99", dst=R1_IP6)
+            / IPv6ExtHdrFragment(id=7, m=1) / ICMPv6EchoRequest(data=bytes(64)))
+    r.run([("eth1", frag)], now_ns=0)
+    res = r.run([eth() / IP(src=H0_IP4, dst=DST4) / UDP()], now_ns=61 * 10**9, guard=True)
+    assert res.c("reass-timeout") == 1 and res.c("icmp-error-suppressed") == 1
+    assert all(ICMPv6TimeExceeded not in t.pkt for t in res.tx)

@@ -183,9 +183,11 @@ def _expire(c, buf, meta, nalloc, frames, frame_n, dp) -> None:
             memcpy(buf, l3, dp.reass_hdr, c * REASS_HDR, hl)
             memcpy(buf, l3 + hl, dp.reass_data, c * REASS_DATA, ctl[c, RC_FIRSTLEN])
             meta[M_ORIG, i] = i  # answers no packet of this batch
-            meta[M_OFF, i] = l3 - ETH_HLEN
+            # no Ethernet header: the sender's MAC was not kept, so an error to a link-local
+            # source (which must go back to that MAC) is suppressed, never sent to garbage
+            meta[M_OFF, i] = l3
             meta[M_L3, i] = l3
-            meta[M_LEN, i] = ETH_HLEN + n
+            meta[M_LEN, i] = n
             meta[M_FIB, i] = ctl[c, RC_K5]
             meta[M_FLAGS, i] = ctl[c, RC_FLAGS]  # its ICMP-error / multicast suppression
             if fam == 6:
