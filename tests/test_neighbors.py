@@ -117,7 +117,7 @@ def test_retransmit_then_fail(env, answered):
 
 
 def test_failed_resolution_answers_every_queued_packet_once(env, answered):
-    from vecroute.control.forwarder import ADDRESS_UNREACHABLE
+    from vecroute.control.punts import ADDRESS_UNREACHABLE
     from vecroute.graph.counters import C_NEIGHBOR_FAILED
 
     _, table, _, injected = env

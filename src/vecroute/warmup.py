@@ -47,6 +47,7 @@ def warm(firewall: bool = True) -> float:
     _load_one(batch)
     graph.run(batch, 0)
     _warm_io(batch)
+    _warm_worker(graph)
     if firewall:
         _warm_firewall(graph, batch)
     return time.perf_counter() - t0
@@ -102,9 +103,17 @@ def _warm_firewall(graph, batch) -> None:
     _load_one(batch)
     graph.run(batch, 0)
     graph.attach_firewall(None)
+    _warm_worker(graph, Firewall(cfg, interfaces=["a"]))
     fw.classify(np.stack([make_key("192.0.2.1", "198.51.100.1", proto=6, sport=1, dport=22,
                                    tcpflags=2),
                           make_key("2001:db8::1", "2001:db8::2", proto=17, sport=1, dport=2)]))
+
+
+def _warm_worker(graph, firewall=None) -> None:
+    """The compiled forwarding loop of `vecroute run` (a worker without ports)."""
+    from vecroute.io.worker import warm as warm_loop
+
+    warm_loop(graph.state.with_runtime(None), firewall)
 
 
 def _load_one(batch) -> None:

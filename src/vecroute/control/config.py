@@ -63,6 +63,8 @@ class RouterConfig:
     workers: int = 1
     vector_size: int = 256
     tx: str = "auto"  # auto | ring | sendmmsg
+    poll: str = "adaptive"  # adaptive | interrupt | busy (how an idle worker waits)
+    spin_us: int = 200  # adaptive: how long a worker stays awake after the last packet
 
 
 @dataclass
@@ -248,12 +250,18 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         icmp = IcmpConfig(r.int_range("rate", 1000, 0, 10**7), r.int_range("burst", 50, 0, 10**6))
     router = RouterConfig()
     if "router" in data:
-        r = _Reader(path, "router", data["router"], {"workers", "vector_size", "tx"})
+        r = _Reader(
+            path, "router", data["router"], {"workers", "vector_size", "tx", "poll", "spin_us"}
+        )
         tx = r.get("tx", str, "auto")
         if tx not in ("auto", "ring", "sendmmsg"):
             raise r.err("tx", f"{tx!r}: expected auto, ring or sendmmsg")
+        poll = r.get("poll", str, "adaptive")
+        if poll not in ("adaptive", "interrupt", "busy"):
+            raise r.err("poll", f"{poll!r}: expected adaptive, interrupt or busy")
         router = RouterConfig(
-            r.int_range("workers", 1, 1, 64), r.int_range("vector_size", 256, 1, 4096), tx
+            r.int_range("workers", 1, 1, 64), r.int_range("vector_size", 256, 1, 4096), tx,
+            poll, r.int_range("spin_us", 200, 0, 1_000_000),
         )
     control = ControlConfig()
     if "control" in data:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from vecroute.control import neighbor_packets as P
 from vecroute.control.config import format_mac
-from vecroute.control.forwarder import ADDRESS_UNREACHABLE, IcmpError, Pending
+from vecroute.control.punts import ADDRESS_UNREACHABLE, IcmpError, Pending
 from vecroute.fib.fib import Fib
 
 log = logging.getLogger("vecroute.neighbors")

@@ -1,13 +1,18 @@
-"""The live router (`vecroute run`): the control plane and its workers.
+"""The live router (`vecroute run`): data-plane workers and the control plane beside them.
 
-With ``workers = 1`` one process polls everything: packet sockets, the control socket, a
-signal pipe (no busy spinning: poll() sleeps when nothing happens). With N workers, N
-forked processes share each interface through PACKET_FANOUT (hash mode: a flow stays on
-one worker); each has its own copy of the forwarding state and its own counters in shared
-memory (summed by ``ctl show``). The parent keeps the control plane: neighbour resolution,
-ctl commands, timers, SIGHUP. It records every FIB change in a journal and ships it to the
-workers, which replay it between two batches: no lock on the data path, and a batch never
-sees a half-applied update.
+Each worker is a thread running the compiled forwarding loop (vecroute.io.worker): it
+polls its rings, runs the graph and fills the TX rings for many batches per entry,
+without the GIL. With N workers each has its own PACKET_FANOUT share of every port (hash
+mode: both directions of a flow reach the same worker), its own runtime (counters, token
+buckets, firewall states) and its own punt and inject rings. The tables (FIB, adjacencies,
+SRv6) are built by the control plane and shared: a change builds new arrays aside and
+every worker swaps them in between two batches.
+
+The control plane runs in the main thread under an asyncio event loop: the control socket,
+neighbour resolution (punts in, ARP/ND answers and released packets out, through the
+rings), timers, SIGHUP reloads (parsed and built in a helper thread, then swapped). None of
+it can stall forwarding: a worker never waits for it, and what a worker hands it is
+bounded by the punt policer and the rings.
 
 The router owns its ports: at start it sets net.ipv4.conf.PORT.arp_ignore=8 (the kernel
 never answers ARP there), net.ipv4.conf.PORT.forwarding=0 (the kernel never routes what
@@ -17,38 +22,34 @@ kernel's IP stack never even looks at what arrives there (packet sockets see fra
 tc ingress, so vecroute still receives everything), and brings the links up. The drop is
 removed on exit. Kernel IPv4 addresses on a port are reported.
 """
-
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
-import mmap
 import os
-import pickle
-import select
 import signal
-import socket
 import subprocess
-import tempfile
+import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 from vecroute.control.config import Config, ConfigError, load_config
-from vecroute.control.forwarder import Forwarder
 from vecroute.control.neighbors import PERMANENT, NeighborTable
+from vecroute.control.punts import IcmpError, Pending, decode_punts, inject_frame, inject_packets
 from vecroute.control.server import ControlServer
 from vecroute.fib.fib import Fib, RouteError
 from vecroute.firewall.firewall import Firewall, command_changes, firewall_from_config
-from vecroute.graph.counters import N_COUNTERS
-from vecroute.graph.node_ids import N_NODES
-from vecroute.graph.state import IFS_COLS, NS_COLS, DataPlaneState
+from vecroute.graph import counters as C
+from vecroute.graph.state import DataPlaneState
+from vecroute.io.channel import R_DROPS
+from vecroute.io.worker import DataPlaneWorker
 
 log = logging.getLogger("vecroute.router")
-TICK_NS = 100_000_000  # neighbour timers run every 100 ms
-MAX_BATCHES_PER_WAKEUP = 64  # then look at the control socket again
-MSG_MAX = 1 << 20
+TICK_S = 0.1  # neighbour timers run every 100 ms
+PUNTS_PER_CALLBACK = 256  # then let the event loop serve others before reading more
+WORKER_CALL_TIMEOUT = 5.0  # a worker answers a call between two batches: normally < 1 ms
 
 
 class StartupError(RuntimeError):
@@ -135,40 +136,6 @@ def prepare_port(ifname: str) -> None:
         )
 
 
-class SharedCounters:
-    """One worker's counter arrays in anonymous shared memory (written by the worker,
-    read and cleared by the parent)."""
-
-    def __init__(self, n_if: int) -> None:
-        shapes = [(N_COUNTERS,), (n_if, IFS_COLS), (N_NODES, NS_COLS)]
-        sizes = [int(np.prod(s)) * 8 for s in shapes]
-        self.mem = mmap.mmap(-1, sum(sizes), flags=mmap.MAP_SHARED)
-        self.arrays = []
-        off = 0
-        for shape, size in zip(shapes, sizes, strict=True):
-            self.arrays.append(
-                np.frombuffer(self.mem, np.int64, int(np.prod(shape)), off).reshape(shape)
-            )
-            off += size
-
-    def attach(self, st: DataPlaneState) -> DataPlaneState:
-        st.counters, st.if_stats, st.node_stats = self.arrays
-        return st
-
-
-def _send_msg(sock: socket.socket, obj) -> None:
-    try:
-        sock.send(pickle.dumps(obj))
-    except OSError as e:
-        log.debug("worker message lost: %s", e)
-
-
-class Worker:
-    """A forked data-path process (parent side handle)."""
-
-    def __init__(self, pid: int, sock: socket.socket, shm: SharedCounters) -> None:
-        self.pid, self.sock, self.shm = pid, sock, shm
-
 
 class LiveRouter:
     """A router on real interfaces; also the object ctl commands act on."""
@@ -188,35 +155,42 @@ class LiveRouter:
                 prepare_port(itf.name)
         try:
             self.fib = Fib.from_config(cfg, self.macs)
+            firewalls = [firewall_from_config(cfg) for _ in range(cfg.router.workers)]
         except RouteError as e:
             raise StartupError(str(e)) from None
-        try:
-            self.firewall = firewall_from_config(cfg)
         except ConfigError as e:  # a rule naming a table that does not exist, say
             raise StartupError(str(e)) from None
         self.neigh = NeighborTable(self.fib, self._send_frame, self._reinject)
-        self.ctl_tx = []
-        for itf in cfg.interfaces:
-            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-            s.bind((itf.name, 0))
-            self.ctl_tx.append(s)
         self.n_workers = cfg.router.workers
-        self.workers: list[Worker] = []
-        # the parent's forwarder: the only one with one worker; with several it has no
-        # rings and only forwards packets that waited for a neighbour
-        socks = self._open_sockets(None) if self.n_workers == 1 else []
-        self.fwd = Forwarder(self.fib, socks, cfg.router.vector_size, firewall=self.firewall)
-        self.fwd.warm()
-        if self.n_workers > 1:
-            self.fib.journal = []
-            self._spawn_workers()
+        self.workers: list[DataPlaneWorker] = []
+        tables = self.fib.state()
+        group = (os.getpid() * 16) & 0xFFFF
+        try:
+            for k in range(self.n_workers):
+                # sockets are opened worker after worker: every port's fanout group then
+                # lists the workers in the same order, so the symmetric fanout hash sends
+                # both directions of a flow to the same worker (its firewall has the state)
+                socks = self._open_sockets(group if self.n_workers > 1 else None)
+                self.workers.append(DataPlaneWorker(
+                    k, socks, tables.with_runtime(None), cfg.router.vector_size, firewalls[k],
+                    policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
+                ))
+        except BaseException:
+            for w in self.workers:
+                w.close()
+            raise
         self.server = ControlServer(cfg.control.socket, self)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Future | None = None
+        self._outbox: dict[int, list] = defaultdict(list)  # injections until the next flush
+        self._reloading = False
+        self._reload_again = False
         self.stop = False
-        self.reload_requested = False
         log.info(
-            "vecroute running on %s with %d worker(s), control socket %s",
+            "vecroute running on %s with %d worker(s), poll %s, control socket %s",
             ", ".join(i.name for i in cfg.interfaces),
             self.n_workers,
+            cfg.router.poll,
             cfg.control.socket,
         )
 
@@ -225,76 +199,26 @@ class LiveRouter:
 
         return [
             PacketSocket(
-                itf.name, fanout_group=fanout, tx_mode=tx_mode(itf.name, self.cfg.router.tx)
+                itf.name,
+                fanout_group=None if fanout is None else (fanout + ifx) & 0xFFFF,
+                tx_mode=tx_mode(itf.name, self.cfg.router.tx),
             )
-            for itf in self.cfg.interfaces
+            for ifx, itf in enumerate(self.cfg.interfaces)
         ]
 
-    # -- workers ------------------------------------------------------------------------------
-
-    def _spawn_workers(self) -> None:
-        group = (os.getpid() * 16) & 0xFFFF
-        for _ in range(self.n_workers):
-            shm = SharedCounters(len(self.cfg.interfaces))
-            parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            pid = os.fork()
-            if pid == 0:  # the worker
-                parent_end.close()
-                code = 0
-                try:
-                    _worker_main(self.fib, self.firewall, self.cfg, child_end, shm, group)
-                except BaseException:  # noqa: BLE001 - a worker must never unwind into the parent's code
-                    log.exception("worker crashed")
-                    code = 1
-                os._exit(code)
-            child_end.close()
-            self.workers.append(Worker(pid, parent_end, shm))
-            # one at a time: every fanout group then lists the workers in the same order, so
-            # the symmetric fanout hash sends both directions of a flow to the same worker
-            # (whose firewall holds the flow's state)
-            if not select.select([parent_end], [], [], 120)[0]:
-                raise StartupError("a worker did not start within 120 s")
-            parent_end.recv(MSG_MAX)
-
-    def _flush_journal(self) -> None:
-        if self.fib.journal:
-            ops, self.fib.journal = self.fib.journal, []
-            for w in self.workers:
-                _send_msg(w.sock, ("ops", ops))
+    @property
+    def firewall(self) -> Firewall | None:
+        """Worker 0's firewall (every worker has its own copy: its own states, counters)."""
+        return self.workers[0].graph.firewall
 
     # -- RouterControl (ctl commands) -------------------------------------------------------
 
     def stats(self) -> DataPlaneState:
-        st = self.fwd.graph.state
-        if not self.workers:
-            return st
-        total = DataPlaneState(
-            **{
-                f: getattr(st, f)
-                for f in (
-                    "ifc",
-                    "if_mac",
-                    "if_ip6",
-                    "fib4_roots",
-                    "fib4_groups",
-                    "fib6_roots",
-                    "fib6_groups",
-                    "lb",
-                    "lb_buckets",
-                    "adj",
-                    "adj_rw",
-                    "adj_last_req",
-                )
-            }
+        """The tables with every worker's counters summed (and the control plane's own)."""
+        total = DataPlaneState.summed([w.state for w in self.workers])
+        total.counters[C.C_INJECT_QUEUE_FULL] += sum(
+            int(w.inject.ctl[R_DROPS]) for w in self.workers
         )
-        total.counters = st.counters.copy()
-        total.if_stats = st.if_stats.copy()
-        total.node_stats = st.node_stats.copy()
-        for w in self.workers:
-            c, i, n = w.shm.arrays
-            total.counters += c
-            total.if_stats += i
-            total.node_stats += n
         return total
 
     def neighbor_rows(self) -> list[dict]:
@@ -315,40 +239,51 @@ class LiveRouter:
         return ok
 
     def commit(self) -> None:
-        """Swap the FIB's current arrays in as the data path's state (between batches)."""
-        self.fwd.refresh()
-        self._flush_journal()
+        """The FIB's current arrays to every worker (swapped in between two batches), then
+        what waited to be injected (so it meets the new tables)."""
+        tables = self.fib.state()
+        for w in self.workers:
+            w.swap(tables)
         self.neigh.changed = False
+        self._flush()
+
+    def _on_worker(self, w: DataPlaneWorker, fn):
+        """``fn(worker)`` in the worker's thread; its answer (a ctl command waits for it)."""
+        if not w.alive():
+            raise ValueError(f"worker {w.index} is not running")
+        try:
+            return w.call(fn).result(WORKER_CALL_TIMEOUT)
+        except TimeoutError:
+            raise ValueError(f"worker {w.index} did not answer within "
+                             f"{WORKER_CALL_TIMEOUT:.0f} s") from None
 
     def fw_command(self, argv: list[str]) -> str:
-        """A ``ctl fw`` command: applied here first (a bad one raises ValueError and changes
-        nothing), then sent to every worker, which applies it between two batches."""
-        fw = self.firewall
-        if fw is None:
+        """A ``ctl fw`` command, applied by each worker to its own firewall between two
+        batches: worker 0 first (a bad command raises ValueError there and changes
+        nothing), then the others."""
+        if self.firewall is None:
             raise ValueError("no firewall: the configuration has no [firewall] section")
         now = time.monotonic_ns()
-        if self.workers and argv and argv[0] in ("show", "states", "counters"):
+        if argv and argv[0] in ("show", "states", "counters"):
             return self._fw_gather(argv, now)
-        text = fw.command(argv, now)
-        if self.workers and command_changes(argv):
-            for w in self.workers:
-                _send_msg(w.sock, ("fw", list(argv)))
+        text = self._on_worker(self.workers[0], lambda w: w.graph.firewall.command(argv, now))
+        if command_changes(argv):
+            for w in self.workers[1:]:
+                self._on_worker(w, lambda w: w.graph.firewall.command(argv, now))
         return text
 
     def _fw_gather(self, argv: list[str], now: int) -> str:
         """show / states / counters over all workers (each has its own counters/states)."""
         from vecroute.firewall.show import render_show, render_states
 
-        parts = [fw_report(self.firewall, argv, now)]
-        for w in self.workers:
-            _send_msg(w.sock, ("fw-query", list(argv)))
-        for w in self.workers:
-            parts.append(self._await_reply(w))
+        parts = [self._on_worker(w, lambda w: fw_report(w.graph.firewall, argv, now))
+                 for w in self.workers]
         fw = self.firewall
         if argv[0] == "show":
             cnt = fw.compiled.cnt.copy()
+            cnt[:] = 0
             index = {int(u): k for k, u in enumerate(fw.compiled.uids)}
-            for part in parts[1:]:
+            for part in parts:
                 for u, row in zip(*part, strict=True):
                     k = index.get(int(u))
                     if k is not None:
@@ -363,275 +298,171 @@ class LiveRouter:
                 total[k] = v if k == "max-states" else total.get(k, 0) + v
         return "".join(f"{k}: {v}\n" for k, v in total.items())
 
-    def _await_reply(self, w: Worker, timeout: float = 5.0):
-        """The worker's answer to a query (punts arriving meanwhile are handled)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([w.sock], [], [], max(0.0, deadline - time.monotonic()))
-            if not r:
-                break
-            data = w.sock.recv(MSG_MAX)
-            if not data:
-                break
-            msg = pickle.loads(data)
-            if isinstance(msg, tuple) and msg[0] == "fw-reply":
-                path = Path(msg[1])
-                try:
-                    return pickle.loads(path.read_bytes())
-                finally:
-                    path.unlink(missing_ok=True)
-            self._handle_punts(msg, time.monotonic_ns())
-        raise ValueError(f"worker {w.pid} did not answer the firewall query")
-
     def clear_counters(self) -> None:
-        self.fwd.graph.state.clear_counters()
         for w in self.workers:
-            for a in w.shm.arrays:
-                a[...] = 0
+            self._on_worker(w, lambda w: w.state.clear_counters())
+            w.inject.ctl[R_DROPS] = 0
 
-    # -- slow path ----------------------------------------------------------------------------
+    # -- punts in, injections out ----------------------------------------------------------
 
     def _send_frame(self, ifx: int, frame: bytes) -> None:
-        try:
-            self.ctl_tx[ifx].send(frame)
-        except OSError as e:
-            log.debug("control-plane send on %s failed: %s", self.cfg.interfaces[ifx].name, e)
+        """An ARP/ND frame the control plane built: worker 0 sends it (next flush)."""
+        self._outbox[0].append((ifx, frame))
 
-    def _reinject(self, packets: list, error=None) -> None:
-        """Waiting packets go through the parent's forwarder (with workers too: it holds
-        the neighbour table), to be forwarded or answered with ``error``."""
-        self.fwd.reinject(packets, error)
+    def _reinject(self, packets: list[Pending], error: IcmpError | None = None) -> None:
+        """Packets that waited for a neighbour go back to the worker that punted them."""
+        for p in packets:
+            self._outbox[p.worker if p.worker < len(self.workers) else 0].append((p, error))
+
+    def _flush(self) -> None:
+        """Push the injections gathered since the last flush and wake their workers."""
+        outbox, self._outbox = self._outbox, defaultdict(list)
+        for k, items in outbox.items():
+            w = self.workers[k]
+            for item in items:
+                if isinstance(item[0], Pending):
+                    inject_packets(w.inject, [item[0]], item[1])
+                else:
+                    inject_frame(w.inject, item[0], item[1])
+            w.wake()
+
+    def _drain(self, w: DataPlaneWorker) -> None:
+        """The worker signalled punts: take a bounded number, come back for the rest."""
+        w.drain_punt_signal()
+        recs = w.punt.pop(PUNTS_PER_CALLBACK)
+        if recs:
+            self._handle_punts(decode_punts(w.index, recs), time.monotonic_ns())
+        if len(w.punt) and self.loop is not None:
+            self.loop.call_soon(self._drain, w)
 
     def _handle_punts(self, punts: list[tuple], now: int) -> None:
         self.neigh.handle_punts(punts, now)
         if self.neigh.changed:
             self.commit()
+        else:
+            self._flush()
 
-    def _reload(self) -> None:
-        try:
-            cfg = load_config(self.config_path)
-            if [i.name for i in cfg.interfaces] != [i.name for i in self.cfg.interfaces]:
-                raise ConfigError(f"{self.config_path}: interfaces changed; restart to apply")
-            fib = Fib.from_config(cfg, self.macs)
-            for n in self.neigh.entries.values():  # keep what was learnt
-                if n.mac is not None and n.state != PERMANENT:
-                    fib.add_neighbor(n.ip, n.mac, cfg.interfaces[n.ifx].name)
-            firewall = firewall_from_config(cfg)
-        except (ConfigError, RouteError) as e:
-            log.error("reload failed, keeping the running configuration: %s", e)
+    def _tick(self) -> None:
+        self.neigh.tick(time.monotonic_ns())
+        if self.neigh.changed:
+            self.commit()
+        else:
+            self._flush()
+        if self.loop is not None and not self.stop:
+            self.loop.call_later(TICK_S, self._tick)
+
+    # -- reload -----------------------------------------------------------------------------
+
+    def _build(self, path: str, learnt: list[tuple]) -> tuple:
+        """A new configuration's tables, built aside (in a helper thread)."""
+        cfg = load_config(path)
+        if [i.name for i in cfg.interfaces] != [i.name for i in self.cfg.interfaces]:
+            raise ConfigError(f"{path}: interfaces changed; restart to apply")
+        fib = Fib.from_config(cfg, self.macs)
+        for ip, mac, ifname in learnt:  # keep what was learnt
+            fib.add_neighbor(ip, mac, ifname)
+        return cfg, fib, [firewall_from_config(cfg) for _ in self.workers]
+
+    async def _reload(self) -> None:
+        if self._reloading:
+            self._reload_again = True
             return
+        self._reloading = True
+        try:
+            while True:
+                self._reload_again = False
+                learnt = [
+                    (str(n.ip), n.mac, self.cfg.interfaces[n.ifx].name)
+                    for n in self.neigh.entries.values()
+                    if n.mac is not None and n.state != PERMANENT
+                ]
+                try:
+                    cfg, fib, firewalls = await asyncio.get_running_loop().run_in_executor(
+                        None, self._build, self.config_path, learnt
+                    )
+                except (ConfigError, RouteError, OSError) as e:
+                    log.error("reload failed, keeping the running configuration: %s", e)
+                else:
+                    self._install(cfg, fib, firewalls)
+                if not self._reload_again:
+                    return
+        finally:
+            self._reloading = False
+
+    def _install(self, cfg: Config, fib: Fib, firewalls: list) -> None:
         self.cfg, self.fib = cfg, fib
-        self.firewall = firewall  # rebuilt from the file: ctl changes and states are gone
-        self.fwd.graph.attach_firewall(firewall)
         self.neigh.fib = fib
-        self.fwd.fib = fib
-        if self.workers:
-            learnt = [
-                (str(n.ip), n.mac, cfg.interfaces[n.ifx].name)
-                for n in self.neigh.entries.values()
-                if n.mac is not None and n.state != PERMANENT
-            ]
-            for w in self.workers:
-                _send_msg(w.sock, ("reload", self.config_path, learnt))
-            fib.journal = []
-        self.commit()
+        tables = fib.state()
+        for w, fw in zip(self.workers, firewalls, strict=True):
+            # the firewall is rebuilt from the file: ctl changes and states are gone
+            w.call(lambda w, fw=fw: (w.graph.attach_firewall(fw), w.graph.swap_state(tables)))
+        self.neigh.changed = False
+        self._flush()
         log.info("reloaded %s: %d routes", self.config_path, len(fib.routes))
 
-    # -- the loop ---------------------------------------------------------------------------
+    # -- the control plane's loop -----------------------------------------------------------
 
     def run(self) -> None:
-        rfd, wfd = os.pipe()
-        os.set_blocking(wfd, False)
-        os.set_blocking(rfd, False)
-        old_wakeup = signal.set_wakeup_fd(wfd)
-        handlers = {
-            signal.SIGINT: lambda *_: setattr(self, "stop", True),
-            signal.SIGTERM: lambda *_: setattr(self, "stop", True),
-            signal.SIGHUP: lambda *_: setattr(self, "reload_requested", True),
-        }
-        old = {s: signal.signal(s, h) for s, h in handlers.items()}
-        poller = select.poll()
-        for s in self.fwd.socks:
-            poller.register(s.fileno(), select.POLLIN)
-        wfds = {w.sock.fileno(): w for w in self.workers}
-        for fd in wfds:
-            poller.register(fd, select.POLLIN)
-        poller.register(self.server.fileno(), select.POLLIN)
-        poller.register(rfd, select.POLLIN)
-        next_tick = time.monotonic_ns() + TICK_NS
+        loop = self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        # a worker returning to Python (a table swap) waits at most this long for the GIL
+        old_switch = sys.getswitchinterval()
+        sys.setswitchinterval(0.0005)
+        self._stopped = loop.create_future()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._request_stop)
+        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self._reload()))
         try:
-            while not self.stop:
-                wait = 0 if self.fwd.inject else (next_tick - time.monotonic_ns()) // 1_000_000
-                fds = {fd for fd, _ in poller.poll(max(0, wait))}
-                if rfd in fds:
-                    try:
-                        os.read(rfd, 512)
-                    except BlockingIOError:
-                        pass
-                for _ in range(MAX_BATCHES_PER_WAKEUP):
-                    now = time.monotonic_ns()
-                    n, punts = self.fwd.forward(now, self._send_frame)
-                    if punts:
-                        self._handle_punts(punts, now)
-                    if n == 0:
-                        break
-                for fd in fds & wfds.keys():
-                    self._from_worker(wfds[fd])
-                if self.server.fileno() in fds:
-                    self.server.handle()
-                    self._flush_journal()
-                if self.reload_requested:
-                    self.reload_requested = False
-                    self._reload()
-                now = time.monotonic_ns()
-                if now >= next_tick:
-                    self.neigh.tick(now)
-                    if self.neigh.changed:
-                        self.commit()
-                    next_tick = now + TICK_NS
+            for w in self.workers:
+                w.on_exit = lambda w: loop.call_soon_threadsafe(self._worker_exited, w)
+                loop.add_reader(w.punt_fd, self._drain, w)
+                w.start()
+            self._serve_control(loop)
+            loop.call_later(TICK_S, self._tick)
+            loop.run_until_complete(self._stopped)
         finally:
-            signal.set_wakeup_fd(old_wakeup)
-            for s, h in old.items():
-                signal.signal(s, h)
-            os.close(rfd)
-            os.close(wfd)
+            sys.setswitchinterval(old_switch)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
             self.close()
+            loop.close()
 
-    def _from_worker(self, w: Worker) -> None:
-        while True:
-            try:
-                data = w.sock.recv(MSG_MAX, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                return
-            if not data:  # the worker died: stop rather than forward with a hole
-                log.error("worker %d exited; stopping", w.pid)
-                self.stop = True
-                return
-            self._handle_punts(pickle.loads(data), time.monotonic_ns())
+    def _serve_control(self, loop: asyncio.AbstractEventLoop) -> None:
+        start = getattr(self.server, "start", None)
+        if start is not None:
+            loop.run_until_complete(start())
+        else:
+            loop.add_reader(self.server.fileno(), self.server.handle)
+
+    def _request_stop(self) -> None:
+        self.stop = True
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
+
+    def _worker_exited(self, w: DataPlaneWorker) -> None:
+        if self.stop:
+            return
+        # stop rather than forward with a hole in the fanout
+        log.error("worker %d exited (%s); stopping", w.index, w.error)
+        self._request_stop()
 
     def close(self) -> None:
+        for w in self.workers:
+            w.request_stop()  # all of them at once, then wait for each
+        for w in self.workers:
+            w.close()
         for itf in self.cfg.interfaces:
             subprocess.run(
                 ["tc", "qdisc", "del", "dev", itf.name, "clsact"], capture_output=True, check=False
             )
-        for w in self.workers:
-            try:
-                os.kill(w.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for w in self.workers:
-            try:
-                os.waitpid(w.pid, 0)
-            except ChildProcessError:
-                pass
-            w.sock.close()
-        for s in self.fwd.socks:
-            s.close()
-        for s in self.ctl_tx:
-            s.close()
         self.server.close()
         log.info("vecroute stopped")
 
 
 def fw_report(fw: Firewall, argv: list[str], now: int):
-    """One process's part of ``fw show|states|counters`` (summed by the parent)."""
+    """One worker's part of ``fw show|states|counters`` (summed by the control plane)."""
     if argv[0] == "show":
         return fw.compiled.uids.copy(), fw.compiled.cnt.copy()
     if argv[0] == "states":
         return fw.states(now)
     return fw.counters()
-
-
-def _worker_main(
-    fib: Fib,
-    firewall: Firewall | None,
-    cfg: Config,
-    ctl: socket.socket,
-    shm: SharedCounters,
-    group: int,
-) -> None:
-    """A worker: its own rings (fanout group), its own FIB copy, punts to the parent."""
-    from vecroute.io.af_packet import PacketSocket
-
-    stop = False
-
-    def _stop(*_):
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    fib.journal = None
-    # a fanout group belongs to one device: one group id per interface
-    socks = [
-        PacketSocket(
-            itf.name, fanout_group=(group + ifx) & 0xFFFF, tx_mode=tx_mode(itf.name, cfg.router.tx)
-        )
-        for ifx, itf in enumerate(cfg.interfaces)
-    ]
-    fwd = Forwarder(fib, socks, cfg.router.vector_size, shm.attach(fib.state()), firewall)
-    _send_msg(ctl, ("ready",))  # the parent starts the next worker
-    poller = select.poll()
-    for s in socks:
-        poller.register(s.fileno(), select.POLLIN)
-    poller.register(ctl.fileno(), select.POLLIN)
-    try:
-        while not stop:
-            fds = {fd for fd, _ in poller.poll(200)}
-            if ctl.fileno() in fds:
-                fib = _worker_control(fwd, fib, ctl)
-                if fib is None:
-                    break
-            for _ in range(MAX_BATCHES_PER_WAKEUP):
-                n, punts = fwd.forward(time.monotonic_ns())
-                if punts:
-                    _send_msg(ctl, punts)
-                if n == 0:
-                    break
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _worker_control(fwd: Forwarder, fib: Fib, ctl: socket.socket) -> Fib | None:
-    """Apply the parent's journal (or a reload) between two batches."""
-    while True:
-        try:
-            data = ctl.recv(MSG_MAX, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return fib
-        if not data:
-            return None  # the parent is gone
-        msg = pickle.loads(data)
-        if msg[0] == "ops":
-            for name, args, kwargs in msg[1]:
-                try:
-                    getattr(fib, name)(*args, **kwargs)
-                except RouteError as e:
-                    log.warning("worker could not apply %s: %s", name, e)
-        elif msg[0] == "fw":
-            try:
-                fwd.graph.firewall.command(msg[1], time.monotonic_ns())
-            except ValueError as e:
-                log.warning("worker could not apply fw %s: %s", " ".join(msg[1]), e)
-        elif msg[0] == "fw-query":
-            fd, path = tempfile.mkstemp(prefix="vecroute-fw-", dir=_reply_dir())
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(fw_report(fwd.graph.firewall, msg[1], time.monotonic_ns()), f)
-            _send_msg(ctl, ("fw-reply", path))
-            continue
-        elif msg[0] == "reload":
-            cfg = load_config(msg[1])
-            macs = {i.name: read_mac(i.name) for i in cfg.interfaces}
-            fib = Fib.from_config(cfg, macs)
-            for ip, mac, ifname in msg[2]:
-                fib.add_neighbor(ip, mac, ifname)
-            fwd.fib = fib
-            fwd.graph.attach_firewall(firewall_from_config(cfg))
-        fwd.refresh()
-
-
-def _reply_dir() -> str | None:
-    """Where workers leave query answers too big for a socket message (tmpfs if any)."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") else None

@@ -359,12 +359,26 @@ def remap_state_rules(st, mapping):
             st[i, ST_RULE] = nr
 
 
+@njit(cache=True, nogil=True)
+def states_need_growth(st: np.ndarray, ctl: np.ndarray, headroom: int, limit: int) -> bool:
+    """What :func:`grow_states` would grow (a compiled loop asks between its batches;
+    ``limit`` is the capacity ``max_states`` allows)."""
+    cap = st.shape[0]
+    count = ctl[FC_COUNT]
+    return cap < limit and not (count * 2 <= cap and (count + headroom) * 4 <= cap * 3)
+
+
+def state_capacity_limit(st: np.ndarray, ctl: np.ndarray) -> int:
+    """The largest table :func:`grow_states` would build for this ``max_states``."""
+    return max(st.shape[0], capacity_for(int(ctl[FC_MAX])))
+
+
 def grow_states(st: np.ndarray, ctl: np.ndarray, headroom: int = 256) -> np.ndarray:
     """Between batches: a bigger table (else ``st`` itself) when the load passed 1/2 or the
     next ``headroom`` inserts (a vector) could pass 3/4; never beyond the size
     ``max_states`` needs."""
     cap = st.shape[0]
-    limit = max(cap, capacity_for(int(ctl[FC_MAX])))
+    limit = state_capacity_limit(st, ctl)
     count = int(ctl[FC_COUNT])
 
     def ok(c: int) -> bool:

@@ -262,6 +262,21 @@ COUNTERS: tuple[Counter, ...] = (
             "no TCP RST: the segment was a RST or came from a multicast/invalid source"),
     # generic
     Counter("punt", "punt", "event", "packet handed to the control plane"),
+    Counter(
+        "punt-policed",
+        "punt",
+        "drop",
+        "punt over its rate (per reason: arp, nd, pending; and per source or next hop)",
+    ),
+    Counter(
+        "punt-queue-full", "punt", "drop", "the worker's punt ring to the control plane was full"
+    ),
+    Counter(
+        "inject-queue-full",
+        "control-plane",
+        "drop",
+        "a worker's inject ring was full: a released packet or an ARP/ND answer not sent",
+    ),
 )
 
 _IDS = {c.name: i for i, c in enumerate(COUNTERS)}
@@ -343,6 +358,9 @@ C_ICMP_ERROR_SUPPRESSED = _c("icmp-error-suppressed")
 C_ICMP_RATE_LIMITED = _c("icmp-rate-limited")
 C_ICMP_ERROR_NO_ROUTE = _c("icmp-error-no-route")
 C_PUNT = _c("punt")
+C_PUNT_POLICED = _c("punt-policed")
+C_PUNT_QUEUE_FULL = _c("punt-queue-full")
+C_INJECT_QUEUE_FULL = _c("inject-queue-full")
 C_FW_DENY = _c("fw-deny")
 C_FW_REJECT = _c("fw-reject")
 C_FW_RESET = _c("fw-reset")

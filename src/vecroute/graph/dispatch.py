@@ -35,7 +35,6 @@ from vecroute.graph.state import (
     NS_CALLS,
     NS_CLOCKS,
     NS_PACKETS,
-    OPT_FIB_GEN,
     OPT_FW,
     DataPlaneState,
 )
@@ -56,7 +55,7 @@ def run_graph(
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
             node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
             reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob)
-    _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, None, None, None)
+    run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, None, None, None)
 
 
 @njit(cache=True)
@@ -77,11 +76,13 @@ def run_graph_fw(
             reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob)
     fw = FW(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes,
             cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl)
-    _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
+    run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
 
 
 @njit(cache=True)
-def _run(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv) -> None:
+def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv):
+    """Every node with packets, until all frames drain (run_graph's body; a compiled
+    worker loop calls it directly)."""
     node_stats = dp.node_stats
     frame_n[:] = 0
     txn[0] = 0
@@ -190,23 +191,9 @@ class Graph:
         self._build_tail()
 
     def swap_state(self, state: DataPlaneState) -> None:
-        """Install a new forwarding state between batches (counters and partial datagrams
-        carry over)."""
-        old = self.state
-        state.counters = old.counters
-        state.reass_ctl = old.reass_ctl
-        state.reass_frag = old.reass_frag
-        state.reass_hdr = old.reass_hdr
-        state.reass_data = old.reass_data
-        state.reass_glob = old.reass_glob
-        state.node_stats = old.node_stats
-        state.icmp_tb = old.icmp_tb
-        state.glean = old.glean
-        old.opts[OPT_FIB_GEN] = state.opts[OPT_FIB_GEN]
-        state.opts = old.opts
-        if state.if_stats.shape == old.if_stats.shape:
-            state.if_stats = old.if_stats
-        self.state = state
+        """Install new tables between batches; this graph's runtime (counters, rate
+        limiters, partial datagrams) carries over (DataPlaneState.with_runtime)."""
+        self.state = state.with_runtime(self.state)
         self._build_tail()
 
     def reass_due(self, now_ns: int) -> bool:
@@ -215,20 +202,38 @@ class Graph:
         st = self.state
         return reass_due(st.reass_ctl, st.reass_glob, now_ns)
 
-    def run(self, batch: PacketBatch, now_ns: int) -> np.ndarray:
-        """Process the batch; returns the indices of packets to transmit, in order."""
+    def sync_firewall(self) -> None:
+        """Between batches: let the firewall grow its state table and re-read its arrays
+        when they changed (new rules, tables, a grown state table)."""
         fw = self.firewall
         if fw is None:
+            return
+        fw.maintain()
+        if fw.generation != self._fw_gen:
+            self._fw_gen = fw.generation
+            self._fw_args = (*fw.args(), *self._fw_scratch)
+            self._build_tail()
+            trivial = fw.compiled.trivial_directions()  # bit 1 << DIR_IN / DIR_OUT
+            opts = self.state.opts
+            opts[OPT_FW] = (opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) | (trivial << 2)
+
+    def loop_args(self) -> tuple:
+        """(frames, frame_n, work, txl, txn, DP, FW or None, keys, verdicts): the graph as
+        a compiled multi-batch loop takes it (call after sync_firewall)."""
+        dp = DP(*self.state.args())
+        if self.firewall is None:
+            return (self.frames, self.frame_n, self.work, self.txl, self.txn, dp, None, None,
+                    None)
+        n = len(FW._fields)
+        return (self.frames, self.frame_n, self.work, self.txl, self.txn, dp,
+                FW(*self._fw_args[:n]), *self._fw_scratch)
+
+    def run(self, batch: PacketBatch, now_ns: int) -> np.ndarray:
+        """Process the batch; returns the indices of packets to transmit, in order."""
+        if self.firewall is None:
             run_graph(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc, *self._tail)
         else:
-            fw.maintain()
-            if fw.generation != self._fw_gen:
-                self._fw_gen = fw.generation
-                self._fw_args = (*fw.args(), *self._fw_scratch)
-                self._build_tail()
-                trivial = fw.compiled.trivial_directions()  # bit 1 << DIR_IN / DIR_OUT
-                opts = self.state.opts
-                opts[OPT_FW] = (opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) | (trivial << 2)
+            self.sync_firewall()
             run_graph_fw(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc,
                          *self._tail)
         return self.txl[: self.txn[0]]

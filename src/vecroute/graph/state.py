@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import namedtuple
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -163,47 +163,71 @@ DP = namedtuple(
 )
 
 
+# Every field of the state has one role, declared with it below; swapping, per-worker
+# copies and summing counters follow from the roles instead of hand-kept lists:
+TABLES = "tables"  # built by the control plane, read-only for workers, shared by all of them
+SHADOW = "shadow"  # written by a worker but shaped by the tables: each worker its own copy,
+                   # made afresh with every new table
+RUNTIME = "runtime"  # owned by one worker and carried across table swaps
+COUNTER_FIELDS = ("counters", "if_stats", "node_stats")  # RUNTIME, summed over workers
+
+
+def _tables():
+    return field(metadata={"role": TABLES})
+
+
+def _runtime(factory):
+    return field(default_factory=factory, metadata={"role": RUNTIME})
+
+
+def _tables_default(factory):
+    return field(default_factory=factory, metadata={"role": TABLES})
+
+
+def _shadow_default(factory):
+    return field(default_factory=factory, metadata={"role": SHADOW})
+
+
 @dataclass
 class DataPlaneState:
     """Everything the compiled graph reads (tables) or writes (counters, rate limiters)."""
 
-    ifc: np.ndarray
-    if_mac: np.ndarray
-    if_ip6: np.ndarray
-    fib4_roots: np.ndarray
-    fib4_groups: np.ndarray
-    fib6_roots: np.ndarray
-    fib6_groups: np.ndarray
-    lb: np.ndarray
-    lb_buckets: np.ndarray
-    adj: np.ndarray
-    adj_rw: np.ndarray
-    adj_last_req: np.ndarray
-    glean: np.ndarray = field(
-        default_factory=lambda: np.zeros((GLEAN_SLOTS, 4), dtype=np.int64))
-    icmp_tb: np.ndarray = field(default_factory=lambda: icmp_bucket(1000, 50))
-    counters: np.ndarray = field(default_factory=lambda: np.zeros(N_COUNTERS, dtype=np.int64))
-    if_stats: np.ndarray | None = None
-    node_stats: np.ndarray = field(
-        default_factory=lambda: np.zeros((N_NODES, NS_COLS), dtype=np.int64))
-    opts: np.ndarray = field(default_factory=lambda: np.zeros(OPT_COLS, dtype=np.int64))
-    sr_sid: np.ndarray = field(default_factory=lambda: np.zeros((1, SID_COLS), dtype=np.int32))
-    sr_pol: np.ndarray = field(default_factory=lambda: np.zeros((1, POL_COLS), dtype=np.int32))
-    sr_bucket: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int32))
-    sr_list: np.ndarray = field(default_factory=lambda: np.zeros((1, LIST_COLS), dtype=np.int32))
-    sr_hdr: np.ndarray = field(default_factory=lambda: np.zeros((1, SR_HDR_MAX), dtype=np.uint8))
-    sr_cache: np.ndarray = field(default_factory=lambda: np.full((1, 2), -1, dtype=np.int64))
+    ifc: np.ndarray = _tables()
+    if_mac: np.ndarray = _tables()
+    if_ip6: np.ndarray = _tables()
+    fib4_roots: np.ndarray = _tables()
+    fib4_groups: np.ndarray = _tables()
+    fib6_roots: np.ndarray = _tables()
+    fib6_groups: np.ndarray = _tables()
+    lb: np.ndarray = _tables()
+    lb_buckets: np.ndarray = _tables()
+    adj: np.ndarray = _tables()
+    adj_rw: np.ndarray = _tables()
+    adj_last_req: np.ndarray = field(metadata={"role": SHADOW})  # per adjacency: last request
+    glean: np.ndarray = _runtime(lambda: np.zeros((GLEAN_SLOTS, 4), dtype=np.int64))
+    icmp_tb: np.ndarray = _runtime(lambda: icmp_bucket(1000, 50))
+    counters: np.ndarray = _runtime(lambda: np.zeros(N_COUNTERS, dtype=np.int64))
+    if_stats: np.ndarray | None = field(default=None, metadata={"role": RUNTIME})
+    node_stats: np.ndarray = _runtime(lambda: np.zeros((N_NODES, NS_COLS), dtype=np.int64))
+    opts: np.ndarray = _runtime(lambda: np.zeros(OPT_COLS, dtype=np.int64))
+    sr_sid: np.ndarray = _tables_default(lambda: np.zeros((1, SID_COLS), dtype=np.int32))
+    sr_pol: np.ndarray = _tables_default(lambda: np.zeros((1, POL_COLS), dtype=np.int32))
+    sr_bucket: np.ndarray = _tables_default(lambda: np.zeros(1, dtype=np.int32))
+    sr_list: np.ndarray = _tables_default(lambda: np.zeros((1, LIST_COLS), dtype=np.int32))
+    sr_hdr: np.ndarray = _tables_default(lambda: np.zeros((1, SR_HDR_MAX), dtype=np.uint8))
+    # per segment list: the cached first-hop adjacency and the FIB generation it is for
+    sr_cache: np.ndarray = _shadow_default(lambda: np.full((1, 2), -1, dtype=np.int64))
     # reassembly contexts (zeros: all free; np.zeros maps pages lazily, so a state built
     # only to be swapped in, whose contexts are then carried over, costs no memory)
-    reass_ctl: np.ndarray = field(
-        default_factory=lambda: np.zeros((REASS_CONTEXTS, RC_COLS), dtype=np.int64))
-    reass_frag: np.ndarray = field(
-        default_factory=lambda: np.zeros((REASS_CONTEXTS, REASS_MAX_FRAGS), dtype=np.int32))
-    reass_hdr: np.ndarray = field(
-        default_factory=lambda: np.zeros(REASS_CONTEXTS * REASS_HDR, dtype=np.uint8))
-    reass_data: np.ndarray = field(
-        default_factory=lambda: np.zeros(REASS_CONTEXTS * REASS_DATA, dtype=np.uint8))
-    reass_glob: np.ndarray = field(default_factory=lambda: reass_globals())
+    reass_ctl: np.ndarray = _runtime(
+        lambda: np.zeros((REASS_CONTEXTS, RC_COLS), dtype=np.int64))
+    reass_frag: np.ndarray = _runtime(
+        lambda: np.zeros((REASS_CONTEXTS, REASS_MAX_FRAGS), dtype=np.int32))
+    reass_hdr: np.ndarray = _runtime(
+        lambda: np.zeros(REASS_CONTEXTS * REASS_HDR, dtype=np.uint8))
+    reass_data: np.ndarray = _runtime(
+        lambda: np.zeros(REASS_CONTEXTS * REASS_DATA, dtype=np.uint8))
+    reass_glob: np.ndarray = _runtime(lambda: reass_globals())
 
     def __post_init__(self) -> None:
         if self.if_stats is None:
@@ -214,9 +238,43 @@ class DataPlaneState:
         return tuple(getattr(self, f) for f in DP._fields)
 
     def clear_counters(self) -> None:
-        self.counters[:] = 0
-        self.if_stats[:] = 0
-        self.node_stats[:] = 0
+        for f in COUNTER_FIELDS:
+            getattr(self, f)[...] = 0
+
+    def with_runtime(self, runtime: DataPlaneState | None) -> DataPlaneState:
+        """These tables for one worker: the tables shared, the shadows copied, the runtime
+        carried over from ``runtime`` (the worker's state so far) or, when None, copied
+        from this state. The FIB generation (an option) always comes from the tables."""
+        kw = {}
+        for name, role in ROLES.items():
+            mine = getattr(self, name)
+            if role == TABLES:
+                kw[name] = mine
+            elif role == SHADOW or runtime is None:
+                kw[name] = mine.copy()
+            else:
+                theirs = getattr(runtime, name)
+                kw[name] = theirs if theirs.shape == mine.shape else mine.copy()
+        new = DataPlaneState(**kw)
+        new.opts[OPT_FIB_GEN] = self.opts[OPT_FIB_GEN]
+        return new
+
+    @staticmethod
+    def summed(states: list[DataPlaneState]) -> DataPlaneState:
+        """The first state's tables with every state's counters added up (``ctl show``
+        over several workers)."""
+        first = states[0]
+        total = first.with_runtime(None)
+        for f in COUNTER_FIELDS:
+            acc = getattr(total, f)
+            for st in states[1:]:
+                other = getattr(st, f)
+                if other.shape == acc.shape:
+                    acc += other
+        return total
+
+
+ROLES = {f.name: f.metadata["role"] for f in fields(DataPlaneState)}
 
 
 def reass_globals() -> np.ndarray:

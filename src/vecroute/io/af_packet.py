@@ -49,7 +49,7 @@ from types import TracebackType
 import numpy as np
 
 from vecroute.io import af_packet_ring as ring
-from vecroute.io.af_packet_ring import N_STATS, STAT_INDEX, STATS
+from vecroute.io.af_packet_ring import N_STATS, STAT_INDEX, STATS, TX_BLOCK
 
 __all__ = ["InterfaceError", "PacketSocket", "STATS", "STAT_INDEX"]
 
@@ -76,22 +76,12 @@ SO_SNDBUFFORCE = 32
 TPACKET_ALIGNMENT = 16
 TPACKET2_HDRLEN = 52  # TPACKET_ALIGN(sizeof tpacket2_hdr) + sizeof sockaddr_ll
 TPACKET3_HDRLEN = 68
-TX_BLOCK = 1 << 16
+
 
 _PAGE = mmap.PAGESIZE
 
 
-MSG_DONTWAIT = 0x40
 MMSGHDR_WORDS = 8  # struct mmsghdr on 64-bit Linux: 64 bytes
-
-
-def _libc():
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
-    libc.sendmmsg.restype = ctypes.c_int
-    return libc
 
 
 class InterfaceError(OSError):
@@ -224,7 +214,6 @@ class PacketSocket:
         self._bind(s, 0)
         self._mm = np.zeros((nmax, MMSGHDR_WORDS), dtype=np.uint64)
         self._iov = np.zeros((nmax, 2), dtype=np.uint64)
-        self._sendmmsg = _libc().sendmmsg
 
     def _open_tx(self, nframes: int, frame_size: int) -> None:
         s = self._tx_sock = self._socket()
@@ -280,38 +269,47 @@ class PacketSocket:
         if self._tx_sock is None:
             raise ValueError(f"{self.ifname}: opened with tx_frames=0")
         if self.tx_mode == "sendmmsg":
-            return self._send_mmsg(buf, meta, index, count)
-        n = ring.batch_to_tx_ring(
-            self._tx8, self._tx32, self._tx_state, self._tx_nframes, self._tx_frame_size,
-            self._tx_fpb, TX_BLOCK, self.vnet_hdr, buf, meta, index, count, self._stats,
-        )  # fmt: skip
-        if n:
-            try:
-                self._tx_sock.send(b"", socket.MSG_DONTWAIT)
-            except OSError:
-                # frames stay SEND_REQUEST and go out with the next send()
-                self._stats[ring.S_TX_ERRORS] += 1
-        return n
-
-    def _send_mmsg(self, buf: np.ndarray, meta: np.ndarray, index: np.ndarray, count: int) -> int:
-        sent = 0
-        pos = 0
-        while pos < count:
-            n, pos_next = ring.batch_to_mmsg(
-                self._mm, self._iov, self._mm.ctypes.data, self._iov.ctypes.data, buf,
-                buf.ctypes.data, meta, index, pos, count, self._stats,
+            return ring.send_mmsg(
+                self._tx_sock.fileno(), self._mm, self._iov, self._mm.ctypes.data,
+                self._iov.ctypes.data, buf, buf.ctypes.data, meta, index, count, self._stats,
             )  # fmt: skip
-            if n == 0:
-                break
-            r = self._sendmmsg(self._tx_sock.fileno(), self._mm.ctypes.data, n, MSG_DONTWAIT)
-            r = max(r, 0)
-            self._stats[ring.S_TX_PACKETS] += r
-            sent += r
-            if r < n:  # socket buffer full: the rest are dropped (counted), never waited for
-                self._stats[ring.S_TX_RING_FULL] += n - r + (count - pos_next)
-                break
-            pos = pos_next
-        return sent
+        return ring.send_ring(
+            self._tx_sock.fileno(), self._tx8, self._tx32, self._tx_state, self._tx_nframes,
+            self._tx_frame_size, self._tx_fpb, TX_BLOCK, self.vnet_hdr, buf, meta, index, count,
+            self._stats,
+        )  # fmt: skip
+
+    def loop_descriptor(self) -> np.ndarray:
+        """This socket for a compiled loop (int64 [PD_COLS], see af_packet_ring): the
+        loop walks the same rings, cursors and counters as recv_batch / send_batch, so
+        the two may be used in turn (never at the same time)."""
+        if self._rx_sock is None:
+            raise ValueError(f"{self.ifname}: socket is closed")
+        d = np.zeros(ring.PD_COLS, np.int64)
+        d[ring.PD_RX_FD] = self._rx_sock.fileno()
+        d[ring.PD_RX_VERSION] = 3
+        d[ring.PD_RX_ADDR] = self._rx8.ctypes.data
+        d[ring.PD_RX_BYTES] = self._rx8.size
+        d[ring.PD_RX_N] = self._nblocks
+        d[ring.PD_RX_SIZE] = self._block_size
+        d[ring.PD_VNET] = int(self.vnet_hdr)
+        d[ring.PD_RX_STATE] = self._rx_state.ctypes.data
+        d[ring.PD_STATS] = self._stats.ctypes.data
+        if self._tx_sock is None:
+            d[ring.PD_TX_MODE] = ring.TXM_NONE
+            return d
+        d[ring.PD_TX_FD] = self._tx_sock.fileno()
+        if self.tx_mode == "sendmmsg":
+            d[ring.PD_TX_MODE] = ring.TXM_MMSG
+            return d
+        d[ring.PD_TX_MODE] = ring.TXM_RING
+        d[ring.PD_TX_ADDR] = self._tx8.ctypes.data
+        d[ring.PD_TX_BYTES] = self._tx8.size
+        d[ring.PD_TX_N] = self._tx_nframes
+        d[ring.PD_TX_SIZE] = self._tx_frame_size
+        d[ring.PD_TX_FPB] = self._tx_fpb
+        d[ring.PD_TX_STATE] = self._tx_state.ctypes.data
+        return d
 
     def wait(self, timeout_ms: int) -> bool:
         """Sleep until the RX ring has a block for us or ``timeout_ms`` passes; True when

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from vecroute.io.syscalls import MSG_DONTWAIT, addr, kick, libc_sendmmsg
 from vecroute.packet.batch import HEADROOM, M_LEN, M_OFF, MAX_FRAME, SLOT, reset_slot
 from vecroute.packet.checksum import checksum, pseudo_header4, pseudo_header6
 from vecroute.packet.headers import rd16, rd32, wr16, wr32
@@ -60,6 +61,7 @@ H3_VLAN_TPID = 36
 H3_PKTTYPE = 48 + 10
 H2_LEN = 4
 TX_DATA = 32
+TX_BLOCK = 1 << 16  # TX ring block size
 
 VNET_HDR_LEN = 10
 VNET_F_NEEDS_CSUM = 1
@@ -111,6 +113,33 @@ S_TX_TOO_LONG = 14
 S_TX_ERRORS = 15
 S_LINK_ERRORS = 16
 N_STATS = len(STATS)
+
+# A socket as a compiled loop sees it (int64 [PD_COLS], PacketSocket.loop_descriptor):
+# addresses of its ring mappings and of its own cursor / counter arrays, so one compiled
+# function serves any number of ports without a type per port count.
+PD_RX_FD = 0
+PD_RX_VERSION = 1  # 2 or 3 (TPACKET_V2 / TPACKET_V3)
+PD_RX_ADDR = 2
+PD_RX_BYTES = 3
+PD_RX_N = 4  # V3: blocks; V2: frames
+PD_RX_SIZE = 5  # V3: block size; V2: frame size
+PD_RX_FPB = 6  # V2: frames per block
+PD_RX_BLOCK = 7  # V2: block size
+PD_VNET = 8
+PD_RX_STATE = 9  # address of the int64 RX cursor
+PD_STATS = 10  # address of the int64 counters (STATS)
+PD_TX_FD = 11
+PD_TX_MODE = 12  # 0: none, 1: TX ring, 2: sendmmsg
+PD_TX_ADDR = 13
+PD_TX_BYTES = 14
+PD_TX_N = 15  # frames
+PD_TX_SIZE = 16  # frame size
+PD_TX_FPB = 17
+PD_TX_STATE = 18  # address of the int64 TX cursor
+PD_COLS = 19
+TXM_NONE = 0
+TXM_RING = 1
+TXM_MMSG = 2
 
 # RX cursor (int64 array): block being read, packets of it consumed, offset of the next one
 R_BLOCK = 0
@@ -456,6 +485,43 @@ def batch_to_mmsg(
         stats[S_TX_BYTES] += ln
         n += 1
     return n, j
+
+
+@njit(cache=True, nogil=True)
+def send_ring(
+    fd, ring8, ring32, state, nframes, frame_size, frames_per_block, block_size, vnet,
+    buf, meta, index, count, stats,
+) -> int:  # fmt: skip
+    """TX ring mode: queue the frames, then one send(MSG_DONTWAIT) to make the kernel
+    transmit them (a failed kick leaves them queued for the next one: counted)."""
+    n = batch_to_tx_ring(ring8, ring32, state, nframes, frame_size, frames_per_block,
+                         block_size, vnet, buf, meta, index, count, stats)
+    if n and kick(fd) < 0:
+        stats[S_TX_ERRORS] += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def send_mmsg(fd, mm, iov, mm_addr, iov_addr, buf, buf_addr, meta, index, count, stats) -> int:
+    """sendmmsg mode: one sendmmsg(MSG_DONTWAIT) per ``mm`` rows of frames; what the
+    socket buffer refuses is dropped (counted), never waited for."""
+    sent = 0
+    pos = 0
+    while pos < count:
+        n, pos_next = batch_to_mmsg(mm, iov, mm_addr, iov_addr, buf, buf_addr, meta, index,
+                                    pos, count, stats)
+        if n == 0:
+            break
+        r = np.int64(libc_sendmmsg(np.int32(fd), addr(mm), np.uint32(n), np.int32(MSG_DONTWAIT)))
+        if r < 0:
+            r = 0
+        stats[S_TX_PACKETS] += r
+        sent += r
+        if r < n:
+            stats[S_TX_RING_FULL] += n - r + (count - pos_next)
+            break
+        pos = pos_next
+    return sent
 
 
 def warm() -> None:

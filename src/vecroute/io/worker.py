@@ -1,0 +1,230 @@
+"""A data-plane worker: a thread that runs the compiled forwarding loop over its ports.
+
+The worker owns its packet sockets (a PACKET_FANOUT share of every port when there are
+several workers), its batch, its graph scratch and its *runtime* (counters, statistics,
+token buckets, partial datagrams, firewall states), and two rings to the control plane:
+punts out, injections in. It shares the *tables* the control plane builds.
+
+The control plane never touches the worker's state while it forwards. It asks: ``call(fn)``
+queues ``fn(worker)``, bumps the loop's request word and wakes it; the loop returns
+between two batches, the thread runs the queued calls (swap the tables in, apply a
+firewall command, read firewall states) and re-enters the loop. A call's answer comes back
+as a concurrent.futures.Future. The thread holds the GIL only for those moments.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import numpy as np
+
+from vecroute.firewall.states import state_capacity_limit
+from vecroute.graph.dispatch import Graph
+from vecroute.graph.state import OPT_LIVE, DataPlaneState
+from vecroute.io import worker_loop as L
+from vecroute.io.af_packet_ring import PD_COLS
+from vecroute.io.channel import IH_COLS, PH_COLS, Ring, punt_policer
+from vecroute.io.syscalls import POLLIN
+from vecroute.packet.batch import PacketBatch
+
+log = logging.getLogger("vecroute.worker")
+
+PUNT_RING = 1024  # records
+INJECT_RING = 1024
+POLL_MS = 100  # the longest sleep: a stop or a time slice is noticed within it
+SLICE_NS = 200_000_000  # Python sees the worker at least this often
+SPIN_NS = 200_000  # adaptive: awake this long after the last packet
+
+
+class DataPlaneWorker:
+    """See the module docstring. ``sockets``: one PacketSocket per port, in port order."""
+
+    def __init__(
+        self,
+        index: int,
+        sockets: list,
+        state: DataPlaneState,
+        vector_size: int,
+        firewall=None,
+        *,
+        policy: str = "adaptive",
+        spin_ns: int = SPIN_NS,
+        punt_capacity: int = PUNT_RING,
+        inject_capacity: int = INJECT_RING,
+        punt_rates: dict | None = None,
+    ) -> None:
+        if policy not in L.POLICIES:
+            raise ValueError(f"poll policy must be one of {', '.join(L.POLICIES)}, not {policy!r}")
+        self.index = index
+        self.socks = sockets
+        self.batch = PacketBatch(vector_size)
+        state.opts[OPT_LIVE] = 1
+        self.graph = Graph(state, self.batch, firewall)
+        self.punt = Ring(punt_capacity, PH_COLS)
+        self.inject = Ring(inject_capacity, IH_COLS)
+        self.policer = punt_policer(punt_rates)
+        # eventfds: the loop signals punt_fd after publishing punts; the control plane
+        # writes wake_fd to interrupt the loop's sleep
+        self.punt_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.ctl = np.zeros(L.W_COLS, np.int64)
+        self.ctl[L.W_POLICY] = L.POLICIES[policy]
+        self.ctl[L.W_SPIN_NS] = spin_ns
+        self.ctl[L.W_POLL_MS] = POLL_MS
+        self.ctl[L.W_SLICE_NS] = SLICE_NS
+        self.ctl[L.W_VECTOR] = vector_size
+        self.ports = (np.stack([s.loop_descriptor() for s in sockets]) if sockets
+                      else np.zeros((0, PD_COLS), np.int64))
+        self.pollfd = np.zeros((len(sockets) + 1, 2), np.int32)
+        for p, s in enumerate(sockets):
+            self.pollfd[p] = (s.fileno(), POLLIN)
+        self.pollfd[-1] = (self.wake_fd, POLLIN)
+        cap = self.batch.capacity
+        self._txidx = np.zeros(cap, np.int32)
+        self._mm = np.zeros((cap, 8), np.uint64)
+        self._iov = np.zeros((cap, 2), np.uint64)
+        self._scratch = (np.zeros(2, np.int64), np.zeros(1, np.uint64), np.ones(1, np.uint64))
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.on_exit: Callable[[DataPlaneWorker], None] | None = None
+
+    # -- the control plane's side -----------------------------------------------------------
+
+    @property
+    def state(self) -> DataPlaneState:
+        """The worker's current state (its runtime arrays are live: read, never write)."""
+        return self.graph.state
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name=f"vecroute-worker-{self.index}",
+                                        daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def call(self, fn: Callable[[DataPlaneWorker], object]) -> Future:
+        """Run ``fn(self)`` in the worker thread between two batches; its result or
+        exception arrives in the returned Future."""
+        fut: Future = Future()
+        self._calls.put((fn, fut))
+        self.ctl[L.W_REQ] += 1  # only the control plane writes it
+        self._wake()
+        return fut
+
+    def swap(self, state: DataPlaneState) -> Future:
+        """Install new tables (a fresh fib.state()) between two batches."""
+        return self.call(lambda w: w.graph.swap_state(state))
+
+    def request_stop(self) -> None:
+        """Leave the loop at the next pass (stop() also waits for the thread)."""
+        self.ctl[L.W_STOP] = 1
+        self._wake()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.request_stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def close(self) -> None:
+        self.stop()
+        for s in self.socks:
+            s.close()
+        for fd in (self.punt_fd, self.wake_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def wake(self) -> None:
+        """Interrupt the loop's sleep (injections are waiting)."""
+        self._wake()
+
+    def drain_punt_signal(self) -> None:
+        """Reset the punt eventfd (the control plane then empties the punt ring)."""
+        try:
+            os.eventfd_read(self.punt_fd)
+        except BlockingIOError:
+            pass
+
+    def _wake(self) -> None:
+        try:
+            os.eventfd_write(self.wake_fd, 1)
+        except OSError:
+            pass
+
+    # -- the worker thread ------------------------------------------------------------------
+
+    def _serve_calls(self) -> None:
+        self.ctl[L.W_SEEN] = self.ctl[L.W_REQ]
+        while True:
+            try:
+                fn, fut = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(self))
+            except BaseException as e:  # noqa: BLE001 - the caller gets it
+                fut.set_exception(e)
+
+    def _loop_args(self) -> tuple:
+        g = self.graph
+        g.sync_firewall()
+        fw = g.firewall
+        self.ctl[L.W_FW_LIMIT] = state_capacity_limit(fw.st, fw.ctl) if fw is not None else 0
+        b = self.batch
+        frames, frame_n, work, txl, txn, dp, fwt, fwk, fwv = g.loop_args()
+        tsbuf, efd_scratch, one = self._scratch
+        return (
+            self.ctl, self.ports, self.pollfd, tsbuf, efd_scratch, self.wake_fd,
+            b.buf, b.buf.ctypes.data, b.meta, b.ts, b.nalloc, frames, frame_n, work, txl, txn,
+            self._txidx, self._mm, self._iov, self._mm.ctypes.data, self._iov.ctypes.data,
+            dp, fwt, fwk, fwv,
+            self.punt.ctl, self.punt.hdr, self.punt.data, self.policer, self.punt_fd, one,
+            self.inject.ctl, self.inject.hdr, self.inject.data,
+        )  # fmt: skip
+
+    def run_once(self) -> int:
+        """Enter the compiled loop once (the thread's body; tests call it directly)."""
+        self._serve_calls()
+        if self.ctl[L.W_STOP]:
+            return L.RET_STOP
+        return int(L.forward_loop(*self._loop_args()))
+
+    def _main(self) -> None:
+        try:
+            while self.run_once() != L.RET_STOP:
+                pass
+        except BaseException as e:  # noqa: BLE001 - reported to the control plane
+            self.error = e
+            log.exception("worker %d stopped", self.index)
+        finally:
+            self._serve_calls()  # nobody waits forever on a call to a dead worker
+            if self.on_exit is not None:
+                self.on_exit(self)
+
+
+def warm(state: DataPlaneState, firewall=None) -> None:
+    """Compile (or load) the forwarding loop for these argument types without sockets: a
+    worker with no ports and W_STOP set enters and returns at once."""
+    w = DataPlaneWorker(0, [], state, 8, firewall)
+    try:
+        w.ctl[L.W_STOP] = 1
+        L.forward_loop(*w._loop_args())
+        w.ctl[L.W_STOP] = 0
+        w.ctl[L.W_SLICE_NS] = 0
+        w.ctl[L.W_POLICY] = L.POLICY_BUSY
+        t0 = time.monotonic()
+        L.forward_loop(*w._loop_args())  # one empty pass, then the slice is over
+        log.debug("forwarding loop ready in %.3f s", time.monotonic() - t0)
+    finally:
+        w.close()
