@@ -22,10 +22,8 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Padding
 
 from vecroute.control.config import parse_config
-from vecroute.fib.fib import Fib
-from vecroute.firewall.firewall import firewall_from_config
 from vecroute.graph.counters import COUNTERS
-from vecroute.graph.dispatch import Graph
+from vecroute.graph.dataplane import build_dataplane
 from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX, FREE
 from vecroute.graph.state import icmp_bucket
 from vecroute.packet.batch import M_NEXT, M_ORIG, M_SEQ, M_TX, MAX_FRAME, SLOT, PacketBatch
@@ -202,11 +200,11 @@ class Router:
         self, config: dict | None = None, vector_size: int = 256, spare_factor: int = 4
     ) -> None:
         self.cfg = parse_config(config if config is not None else base_config())
-        self.fib = Fib.from_config(self.cfg)
-        self.state = self.fib.state()
+        dp = build_dataplane(self.cfg)
+        self.fib, self.firewall = dp.fib, dp.firewall
         self.batch = PacketBatch(vector_size, spare_factor)
-        self.firewall = firewall_from_config(self.cfg)
-        self.graph = Graph(self.state, self.batch, self.firewall)
+        self.graph = dp.graph(self.batch)
+        self.state = self.graph.state
         self.names = [i.name for i in self.cfg.interfaces]
 
     def counters(self) -> dict[str, int]:

@@ -33,13 +33,13 @@ def main() -> None:
 @click.argument("config", type=click.Path(dir_okay=False))
 def check(config: str) -> None:
     """Validate CONFIG: print a summary, or one error line and exit 2."""
-    from vecroute.fib.fib import Fib, RouteError
-    from vecroute.firewall.firewall import firewall_from_config
+    from vecroute.fib.fib import RouteError
+    from vecroute.graph.dataplane import build_dataplane
 
     try:
         cfg = load_config(config)
-        fib = Fib.from_config(cfg)
-        fw = firewall_from_config(cfg)
+        dp = build_dataplane(cfg)
+        fib, fw = dp.fib, dp.firewall
     except (ConfigError, RouteError) as e:
         _fail(str(e))
     n4 = sum(1 for (_, p) in fib.routes if p.version == 4)

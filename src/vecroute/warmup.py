@@ -61,8 +61,7 @@ def warm_firewall() -> None:
 
 def _tiny_graph():
     from vecroute.control.config import parse_config
-    from vecroute.fib.fib import Fib
-    from vecroute.graph.dispatch import Graph
+    from vecroute.graph.dataplane import build_dataplane
     from vecroute.packet.batch import PacketBatch
 
     cfg = parse_config(
@@ -76,13 +75,14 @@ def _tiny_graph():
             ],
         }
     )
-    fib = Fib.from_config(cfg)
+    dp = build_dataplane(cfg)
+    fib = dp.fib
     fib.add_route("203.0.113.0/24", dev="a")  # the update kernels, not only the lookups
     fib.add_route("2001:db8:100::/48", dev="a")
     fib.del_route("203.0.113.0/24")
     fib.del_route("2001:db8:100::/48")
     batch = PacketBatch(4)
-    return Graph(fib.state(), batch), batch
+    return dp.graph(batch), batch
 
 
 def _warm_firewall(graph, batch) -> None:

@@ -40,8 +40,9 @@ from vecroute.control.neighbors import PERMANENT, NeighborTable
 from vecroute.control.punts import IcmpError, Pending, decode_punts, inject_frame, inject_packets
 from vecroute.control.server import ControlServer
 from vecroute.fib.fib import Fib, RouteError
-from vecroute.firewall.firewall import Firewall, command_changes, firewall_from_config
+from vecroute.firewall.firewall import Firewall, command_changes
 from vecroute.graph import counters as C
+from vecroute.graph.dataplane import build_dataplane
 from vecroute.graph.state import DataPlaneState
 from vecroute.io.channel import R_DROPS
 from vecroute.io.worker import DataPlaneWorker
@@ -154,8 +155,9 @@ class LiveRouter:
             for itf in cfg.interfaces:
                 prepare_port(itf.name)
         try:
-            self.fib = Fib.from_config(cfg, self.macs)
-            firewalls = [firewall_from_config(cfg) for _ in range(cfg.router.workers)]
+            dp = build_dataplane(cfg, self.macs)
+            self.fib = dp.fib
+            firewalls = [dp.firewall] + [dp.new_firewall() for _ in range(cfg.router.workers - 1)]
         except RouteError as e:
             raise StartupError(str(e)) from None
         except ConfigError as e:  # a rule naming a table that does not exist, say
@@ -358,10 +360,10 @@ class LiveRouter:
         cfg = load_config(path)
         if [i.name for i in cfg.interfaces] != [i.name for i in self.cfg.interfaces]:
             raise ConfigError(f"{path}: interfaces changed; restart to apply")
-        fib = Fib.from_config(cfg, self.macs)
+        dp = build_dataplane(cfg, self.macs)
         for ip, mac, ifname in learnt:  # keep what was learnt
-            fib.add_neighbor(ip, mac, ifname)
-        return cfg, fib, [firewall_from_config(cfg) for _ in self.workers]
+            dp.fib.add_neighbor(ip, mac, ifname)
+        return cfg, dp.fib, [dp.firewall] + [dp.new_firewall() for _ in self.workers[1:]]
 
     async def _reload(self) -> None:
         if self._reloading:

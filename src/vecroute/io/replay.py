@@ -16,9 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from vecroute.control.config import Config
-from vecroute.fib.fib import Fib
-from vecroute.firewall.firewall import firewall_from_config
-from vecroute.graph.dispatch import Graph
+from vecroute.graph.dataplane import build_dataplane
 from vecroute.io.pcap import PcapWriter, read_capture
 from vecroute.packet.batch import M_LEN, M_OFF, M_ORIG, M_SEQ, M_TX, PacketBatch
 
@@ -77,10 +75,10 @@ class Replayer:
 
     def __init__(self, cfg: Config, vector_size: int | None = None) -> None:
         self.cfg = cfg
-        self.fib = Fib.from_config(cfg)
+        dp = build_dataplane(cfg)
+        self.fib, self.firewall = dp.fib, dp.firewall
         self.batch = PacketBatch(vector_size or cfg.router.vector_size)
-        self.firewall = firewall_from_config(cfg)
-        self.graph = Graph(self.fib.state(), self.batch, self.firewall)
+        self.graph = dp.graph(self.batch)
 
     def run(self, inputs: list[tuple[str, str]], out_dir: str | Path) -> ReplayResult:
         if not inputs:
