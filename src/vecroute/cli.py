@@ -242,6 +242,8 @@ def ctl(sock: str | None, config: str | None, as_json: bool, words: tuple[str, .
     if not reply.get("ok"):
         _fail(reply.get("error", "unknown error"), 1)
     if as_json:
+        if reply.get("data_error"):  # a streamed listing too long for JSON
+            _fail(reply["data_error"], 1)
         click.echo(json.dumps(reply.get("data"), indent=2))
     else:
         click.echo(reply.get("text", ""), nl=False)

@@ -9,15 +9,21 @@ Every command returns data (the ``--json`` form) and text built from it.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from io import StringIO
 from typing import Any, Protocol
 
-from rich.console import Console
-
 from vecroute.control.config import ConfigError, parse_mac
-from vecroute.control.show import errors_view, interfaces_view, routes_view, runtime_view, table_of
+from vecroute.control.show import (
+    RICH_MAX_ROWS,
+    ROUTE_COLUMNS,
+    errors_view,
+    interfaces_view,
+    render_table,
+    routes_stream,
+    routes_view,
+    runtime_view,
+)
 from vecroute.fib.fib import Fib, RouteError
 
 
@@ -52,14 +58,29 @@ class RouterControl(Protocol):
 
 @dataclass
 class Reply:
+    """A command's answer: ``data`` (what ``--json`` prints) and ``text``.
+
+    A long answer streams its text instead: ``chunks`` is an iterator of pieces of the
+    text (``text`` is then unused; an empty piece is a step of preparation work) and
+    ``data`` and ``data_error`` are final only once ``chunks`` is exhausted. ``data_error``
+    (one line) says why a streamed answer carries no data.
+    """
+
     data: Any
-    text: str
+    text: str = ""
+    chunks: Iterator[str] | None = None
+    data_error: str | None = None
+
+    def complete(self) -> Reply:
+        """Exhaust ``chunks`` into ``text`` (for in-process callers and tests)."""
+        if self.chunks is not None:
+            chunks, self.chunks = self.chunks, None
+            self.text = "".join(chunks)
+        return self
 
 
 def _render(title: str, rows: list[dict], columns: list[str] | None = None) -> str:
-    buf = StringIO()
-    Console(file=buf, width=120, color_system=None).print(table_of(title, rows, columns))
-    return buf.getvalue()
+    return render_table(title, rows, columns)
 
 
 def _words(argv: list[str], n: int, what: str) -> str:
@@ -94,9 +115,8 @@ def _int(text: str, what: str) -> int:
 
 def _show(r: RouterControl, argv: list[str]) -> Reply:
     what = _words(argv, 1, "what to show: interfaces | routes | neighbors | runtime | errors")
-    st = r.stats()
     if what in ("interfaces", "int", "interface"):
-        rows = interfaces_view(r.fib, st)
+        rows = interfaces_view(r.fib, r.stats())
         return Reply(
             rows,
             _render(
@@ -117,10 +137,14 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
                 _address(prefix) if "/" not in prefix else _prefix(prefix)
             else:
                 raise CommandError(f"unexpected word {rest[0]!r}")
+        if len(r.fib.routes) > RICH_MAX_ROWS:  # maybe a full table: stream it
+            reply = Reply(None)
+            reply.chunks = routes_stream(r.fib, prefix, table, reply)
+            return reply
         rows = routes_view(r.fib, prefix)
         if table is not None:
             rows = [x for x in rows if x["table"] == table]
-        return Reply(rows, _render("Routes", rows, ["table", "prefix", "kind", "paths"]))
+        return Reply(rows, _render("Routes", rows, ROUTE_COLUMNS))
     if what in ("neighbors", "neighbours", "neighbor", "neigh", "arp"):
         if len(argv) > 2:
             if argv[2] != "stats":
@@ -130,10 +154,10 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
         rows = r.neighbor_rows()
         return Reply(rows, _render("Neighbors", rows))
     if what == "runtime":
-        rows = runtime_view(st)
+        rows = runtime_view(r.stats())
         return Reply(rows, _render("Runtime", rows))
     if what in ("errors", "counters"):
-        rows = errors_view(st, all_counters=len(argv) > 2 and argv[2] == "all")
+        rows = errors_view(r.stats(), all_counters=len(argv) > 2 and argv[2] == "all")
         return Reply(
             rows, _render("Counters", rows, ["counter", "node", "kind", "count", "description"])
         )

@@ -1,28 +1,58 @@
-"""The control socket: one JSON request per connection, answered from the router's loop.
+"""The control socket: one JSON request per connection, served by the control plane's
+asyncio event loop.
 
 A Unix stream socket (mode 0660: root and the socket's group only; the peer's credentials
-are checked too). The request is one line ``{"argv": [...]}``; the reply one line
-``{"ok": true, "data": ..., "text": "..."}`` or ``{"ok": false, "error": "..."}``. The
-router polls the listening socket with its packet sockets, so commands are applied
-between batches and never race the data path.
+are checked too). The request is one line ``{"argv": [...]}``; the reply one JSON object
+``{"ok": true, "data": ..., "text": "..."}`` or ``{"ok": false, "error": "..."}`` and a
+newline, then the server closes the connection. Commands run in the event loop's thread
+(the only thread that touches the router object).
+
+Every connection is a task of its own, and everything a client controls is bounded (the
+constants below): a client that trickles its request, never sends one, or never reads its
+reply holds one connection slot until its timeout and costs the other clients nothing.
+
+Long answers (``show routes`` over a big table) are streamed: the command returns its text
+as chunks (``Reply.chunks``) and the reply is written as ``{"ok": true, "text": "`` + each
+chunk JSON-escaped + ``", "data": ...}``, waiting for the client to read (``drain``) and
+yielding to the loop between chunks, so that the loop's other tasks keep running during a
+long render. Escaping chunk by chunk gives exactly the string escaping the whole text gives.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import socket
 import struct
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 
-from vecroute.control.commands import CommandError, RouterControl, execute
+from vecroute.control.commands import CommandError, Reply, RouterControl, execute
 
 log = logging.getLogger("vecroute.control")
-MAX_REQUEST = 64 * 1024
+
+MAX_REQUEST = 64 * 1024  # bytes in the request line
+REQUEST_TIMEOUT = 5.0  # seconds to receive the whole request line
+WRITE_TIMEOUT = 10.0  # seconds a reply may wait for the client to read (no progress at all)
+MAX_CONNECTIONS = 128  # connections served at once; more get an error reply at once
+MAX_STREAMS = 4  # streamed replies in progress at once (a full-table listing holds ~46 MB)
+MAX_WORDS = 256  # words in argv
+MAX_WORD = 4096  # characters in one word
+LIST_STEP = 1000  # items of a data list encoded between two yields to the loop
+BACKLOG = 128  # listen() backlog
+
+MALFORMED = 'malformed request: expected one line {"argv": ["word", ...]}'
+
+
+class RequestError(ValueError):
+    """A request the server refuses before running any command (one line)."""
 
 
 class ControlServer:
+    """The control socket on an asyncio loop: ``await start()``, then ``close()``."""
+
     def __init__(self, path: str, router: RouterControl) -> None:
         self.path = path
         self.router = router
@@ -33,75 +63,242 @@ class ControlServer:
                 raise OSError(f"{path}: another vecroute is listening there")
             p.unlink()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        os.chmod(path, 0o660)
-        self.sock.listen(16)
+        try:
+            self.sock.bind(path)
+            os.chmod(path, 0o660)
+            self.sock.listen(BACKLOG)
+        except OSError:
+            self.sock.close()
+            raise
         self.sock.setblocking(False)
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._streams = 0
+        self._closed = False
+        self._closing: list[asyncio.Task] = []
 
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def handle(self) -> None:
-        """Serve every pending connection (called when the socket is readable)."""
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except BlockingIOError:
-                return
-            with conn:
-                conn.settimeout(2.0)
-                try:
-                    self._serve(conn)
-                except (OSError, ValueError) as e:
-                    log.warning("control connection: %s", e)
-
-    def _serve(self, conn: socket.socket) -> None:
-        uid, gid = _peer(conn)
-        st = os.stat(self.path)
-        if uid not in (0, os.geteuid()) and gid != st.st_gid:
-            _send(conn, {"ok": False, "error": "permission denied: root or the socket's group"})
-            return
-        data = b""
-        while not data.endswith(b"\n") and len(data) < MAX_REQUEST:
-            chunk = conn.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-        try:
-            req = json.loads(data.decode() or "null")
-            argv = req["argv"]
-            if not isinstance(argv, list) or not all(isinstance(w, str) for w in argv):
-                raise TypeError
-        except (ValueError, TypeError, KeyError):
-            _send(conn, {"ok": False, "error": 'malformed request: expected {"argv": [...]}'})
-            return
-        try:
-            reply = execute(self.router, argv)
-        except CommandError as e:
-            _send(conn, {"ok": False, "error": str(e)})
-            return
-        except Exception as e:  # noqa: BLE001 - a bad command must never stop forwarding
-            log.exception("command %s failed", argv)
-            _send(conn, {"ok": False, "error": f"internal error: {e}"})
-            return
-        _send(conn, {"ok": True, "data": reply.data, "text": reply.text})
+    async def start(self) -> None:
+        """Start accepting (call from inside the running loop that will serve)."""
+        self._server = await asyncio.start_unix_server(
+            self._handle, sock=self.sock, limit=MAX_REQUEST, backlog=BACKLOG
+        )
 
     def close(self) -> None:
-        self.sock.close()
+        """Stop accepting, drop every client, remove the socket file (from the loop's thread)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._server is not None:
+            self._server.close()
+        else:
+            self.sock.close()
+        self._closing = list(self._conns)
+        for task, writer in list(self._conns.items()):
+            writer.transport.abort()
+            task.cancel()
         try:
             os.unlink(self.path)
         except OSError:
             pass
 
+    async def wait_closed(self) -> None:
+        """After close(): wait until every connection's task has finished."""
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
-def _peer(conn: socket.socket) -> tuple[int, int]:
+    @property
+    def connections(self) -> int:
+        """Connections being served now."""
+        return len(self._conns)
+
+    @property
+    def streams(self) -> int:
+        """Streamed replies being written now."""
+        return self._streams
+
+    # -- one connection ---------------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closed or len(self._conns) >= MAX_CONNECTIONS:
+            # never wait here: the error fits in the socket buffer, close() does not block
+            writer.write(_line(_error(f"busy: {MAX_CONNECTIONS} control connections open")))
+            writer.close()
+            return
+        task = asyncio.current_task()
+        self._conns[task] = writer
+        try:
+            await self._serve(reader, writer)
+            writer.close()
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                await writer.wait_closed()  # the reply's tail reaches the client
+        except (TimeoutError, OSError) as e:
+            log.info("control connection dropped: %s", e or type(e).__name__)
+            writer.transport.abort()
+        except asyncio.CancelledError:
+            writer.transport.abort()
+            raise
+        except Exception:  # noqa: BLE001 - one connection's bug must not stop the server
+            log.exception("control connection failed")
+            writer.transport.abort()
+        finally:
+            self._conns.pop(task, None)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        uid, gid = _peer(writer.get_extra_info("socket"))
+        st = os.stat(self.path)
+        if uid not in (0, os.geteuid()) and gid != st.st_gid:
+            await _send(writer, _error("permission denied: root or the socket's group"))
+            return
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT):
+                data = await _read_request(reader)
+            argv = parse_request(data)
+        except TimeoutError:
+            msg = f"request timeout: no complete request line in {REQUEST_TIMEOUT:g} s"
+            await _send(writer, _error(msg))
+            return
+        except RequestError as e:
+            await _send(writer, _error(str(e)))
+            return
+        try:
+            reply = execute(self.router, argv)
+        except CommandError as e:
+            await _send(writer, _error(str(e)))
+            return
+        except Exception as e:  # noqa: BLE001 - a bad command must never stop the router
+            log.exception("command %s failed", argv)
+            await _send(writer, _error(f"internal error: {e}"))
+            return
+        if reply.chunks is None:
+            try:
+                out = _line({"ok": True, "data": reply.data, "text": reply.text})
+            except (TypeError, ValueError) as e:
+                log.exception("command %s: reply not JSON", argv)
+                out = _line(_error(f"internal error: {e}"))
+            await _send(writer, out)
+            return
+        if self._streams >= MAX_STREAMS:
+            _close_iterator(reply.chunks)
+            await _send(writer, _error(f"busy: {MAX_STREAMS} long listings in progress, retry"))
+            return
+        self._streams += 1
+        try:
+            await self._stream(writer, reply, argv)
+        finally:
+            self._streams -= 1
+            _close_iterator(reply.chunks)
+
+    async def _stream(self, writer: asyncio.StreamWriter, reply: Reply, argv: list[str]) -> None:
+        """Write a streamed reply: the text chunk by chunk, then the data.
+
+        Write errors and timeouts propagate (the connection is dropped); an error of the
+        command's own iterator still ends the reply as well-formed JSON, with ``"ok": false``.
+        """
+        writer.write(b'{"ok": true, "text": "')
+        chunks = iter(reply.chunks)
+        tail = None
+        while tail is None:
+            try:
+                piece = next(chunks, None)
+                if piece is None:  # done: the data is final now
+                    tail = ['", "data": ', *(await _json_pieces(reply.data))]
+                    if reply.data_error:
+                        tail.append(', "data_error": ' + json.dumps(reply.data_error))
+                    break
+                out = encode_basestring_ascii(piece)[1:-1].encode("ascii") if piece else b""
+            except Exception as e:  # noqa: BLE001 - the client still gets a well-formed error
+                log.exception("command %s failed while streaming", argv)
+                # json.loads keeps the last of duplicate keys: the reply reads as ok: false
+                tail = ['", "ok": false, "error": ', json.dumps(f"internal error: {e}")]
+                break
+            if out:
+                writer.write(out)
+                await _drain(writer)
+            await asyncio.sleep(0)  # the loop's other tasks run between two chunks
+        tail.append("}\n")
+        writer.write("".join(tail).encode("ascii"))
+        await _drain(writer)
+
+
+async def _json_pieces(data) -> list[str]:
+    """json.dumps(data) in pieces; a long list yields to the loop every LIST_STEP items."""
+    if not isinstance(data, list) or len(data) <= LIST_STEP:
+        return [json.dumps(data)]
+    out = ["["]
+    for i in range(0, len(data), LIST_STEP):
+        part = json.dumps(data[i : i + LIST_STEP])[1:-1]
+        out.append(part if i == 0 else ", " + part)
+        await asyncio.sleep(0)
+    out.append("]")
+    return out
+
+
+def parse_request(data: bytes) -> list[str]:
+    """The argv of one request line, or RequestError (one line)."""
+    try:
+        req = json.loads(data.decode() or "null")
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise RequestError(MALFORMED) from None
+    if not isinstance(req, dict) or not isinstance(req.get("argv"), list):
+        raise RequestError(MALFORMED)
+    argv = req["argv"]
+    if not all(isinstance(w, str) for w in argv):
+        raise RequestError('malformed request: "argv" must be a list of strings')
+    if len(argv) > MAX_WORDS:
+        raise RequestError(f"request too long: {len(argv)} words, at most {MAX_WORDS}")
+    for i, w in enumerate(argv):
+        if len(w) > MAX_WORD:
+            raise RequestError(f"request too long: word {i} has more than {MAX_WORD} characters")
+    return argv
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    """The request line without its newline (or what came before EOF)."""
+    buf = bytearray()
+    while True:
+        chunk = await reader.read(4096)
+        if not chunk:
+            break
+        nl = chunk.find(b"\n")
+        if nl >= 0:
+            buf += chunk[:nl]
+            break
+        buf += chunk
+        if len(buf) > MAX_REQUEST:
+            break
+    if len(buf) > MAX_REQUEST:
+        raise RequestError(f"request too large: more than {MAX_REQUEST} bytes")
+    return bytes(buf)
+
+
+async def _drain(writer: asyncio.StreamWriter) -> None:
+    """Wait until the client has read enough; TimeoutError after WRITE_TIMEOUT without."""
+    async with asyncio.timeout(WRITE_TIMEOUT):
+        await writer.drain()
+
+
+async def _send(writer: asyncio.StreamWriter, data: bytes | dict) -> None:
+    writer.write(data if isinstance(data, bytes) else _line(data))
+    await _drain(writer)
+
+
+def _close_iterator(it) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+def _error(msg: str) -> dict:
+    return {"ok": False, "error": msg}
+
+
+def _line(obj: dict) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
+
+
+def _peer(conn) -> tuple[int, int]:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, gid = struct.unpack("3i", creds)
     return uid, gid
-
-
-def _send(conn: socket.socket, obj: dict) -> None:
-    conn.sendall(json.dumps(obj).encode() + b"\n")
 
 
 def _alive(path: str) -> bool:
@@ -116,15 +313,21 @@ def _alive(path: str) -> bool:
 
 
 def request(path: str, argv: list[str], timeout: float = 30.0) -> dict:
-    """Client side: send one command, return the reply dict (raises OSError)."""
+    """Client side: send one command, return the reply dict (raises OSError, ValueError)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(path)
-        s.sendall(json.dumps({"argv": argv}).encode() + b"\n")
-        data = b""
+        try:
+            s.sendall(json.dumps({"argv": argv}).encode() + b"\n")
+        except BrokenPipeError:
+            pass  # refused before the request was read (busy, permission): the reply is there
+        parts = []
         while True:
-            chunk = s.recv(65536)
+            try:
+                chunk = s.recv(1 << 20)
+            except ConnectionResetError:  # closed with our request unread, after its reply
+                break
             if not chunk:
                 break
-            data += chunk
-    return json.loads(data.decode())
+            parts.append(chunk)
+    return json.loads(b"".join(parts).decode())
