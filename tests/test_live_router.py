@@ -209,6 +209,7 @@ def test_neighbor_mac_change_is_followed(topo):
     topo.lab.run(ns, ["sysctl", "-qw", f"net.ipv4.conf.{ifn}.arp_notify=1"])
     topo.lab.run(ns, ["sysctl", "-qw", f"net.ipv6.conf.{ifn}.ndisc_notify=1"])
     assert ping(topo, "h1", H2_V4, "-c", "1", "-W", "2").returncode == 0
+    assert ping(topo, "h1", H2_V6, "-c", "1", "-W", "2").returncode == 0  # both learnt
     new = "02:00:00:00:5e:77"
     topo.lab.run(ns, ["ip", "link", "set", ifn, "address", new])
     deadline = time.monotonic() + 10  # gratuitous ARP / unsolicited NA from the kernel
@@ -234,6 +235,7 @@ def test_idle_router_uses_little_cpu(topo):
 
 
 def test_counters_and_json(topo):
+    ping(topo, "h1", H2_V4, "-c", "1", "-t", "1", "-W", "1")  # a ttl-expired, answered
     rep = topo.ctl("show", "errors")
     names = {r["counter"] for r in rep["data"]}
     assert {"fib-lookups", "ip4-forwarded", "icmp-error-sent", "ttl-expired"} <= names

@@ -23,7 +23,14 @@ def clear_stale_cache() -> int:
     import vecroute
 
     root = Path(list(vecroute.__path__)[0])
-    newest = max(p.stat().st_mtime for p in root.rglob("*.py"))
+    # the control plane and the command line hold no kernel and no constant a kernel
+    # reads (dependencies point down), so changing them keeps the compiled code
+    slow_path = {root / "control", root / "cli.py", root / "lab.py", root / "warmup.py"}
+    newest = max(
+        p.stat().st_mtime
+        for p in root.rglob("*.py")
+        if not any(p == s or s in p.parents for s in slow_path)
+    )
     places = [root]
     if os.environ.get("NUMBA_CACHE_DIR"):
         places.append(Path(os.environ["NUMBA_CACHE_DIR"]))

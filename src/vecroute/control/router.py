@@ -419,7 +419,7 @@ class LiveRouter:
                 w.on_exit = lambda w: loop.call_soon_threadsafe(self._worker_exited, w)
                 loop.add_reader(w.punt_fd, self._drain, w)
                 w.start()
-            self._serve_control(loop)
+            loop.run_until_complete(self.server.start())
             loop.call_later(TICK_S, self._tick)
             loop.run_until_complete(self._stopped)
         finally:
@@ -427,14 +427,8 @@ class LiveRouter:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             self.close()
+            loop.run_until_complete(self.server.wait_closed())
             loop.close()
-
-    def _serve_control(self, loop: asyncio.AbstractEventLoop) -> None:
-        start = getattr(self.server, "start", None)
-        if start is not None:
-            loop.run_until_complete(start())
-        else:
-            loop.add_reader(self.server.fileno(), self.server.handle)
 
     def _request_stop(self) -> None:
         self.stop = True
