@@ -209,6 +209,27 @@ def stop(p: subprocess.Popen | None, timeout: float = 5) -> None:
         os.killpg(p.pid, signal.SIGKILL)  # a forked child that outlived its parent
 
 
+def setup_kernel_router(lab: Any, t: Any, *, napi: bool = False, ipv6: bool = False) -> None:
+    """The ``kernel`` variant: the Linux kernel routes in the router namespace (the
+    vecroute.lab router addresses on p0/p1, forwarding on). ``napi``: the kernel-napi
+    variant (p0 received in a NAPI kthread on the router CPU). ``ipv6``: IPv6 too (the
+    lab disables IPv6 on the router ports; re-enabled, addresses without DAD)."""
+    from vecroute.lab import RT0_V4, RT0_V6, RT1_V4, RT1_V6
+
+    p0, p1 = t.ports
+    lab.addr(t.rt, p0, f"{RT0_V4}/24")
+    lab.addr(t.rt, p1, f"{RT1_V4}/24")
+    lab.run(t.rt, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+    if ipv6:
+        for port in (p0, p1):
+            lab.run(t.rt, ["sysctl", "-qw", f"net.ipv6.conf.{port}.disable_ipv6=0"])
+        lab.run(t.rt, ["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
+        lab.addr(t.rt, p0, f"{RT0_V6}/64")
+        lab.addr(t.rt, p1, f"{RT1_V6}/64")
+    if napi:
+        kernel_napi_thread(lab, t.rt, p0)
+
+
 def kernel_napi_thread(lab: Any, ns: str, ifname: str) -> int:
     """Move a veth's receive processing into its own NAPI kthread on the router CPU."""
     lab.run(ns, ["ethtool", "-K", ifname, "gro", "on"])
@@ -493,11 +514,7 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
             p0_mac, p1_mac = lab.mac(t.rt, p0), lab.mac(t.rt, p1)
             h1_mac, h2_mac = lab.mac(t.h1, t.h1_if), lab.mac(t.h2, t.h2_if)
             if variant.startswith("kernel"):
-                lab.addr(t.rt, p0, f"{RT0_V4}/24")
-                lab.addr(t.rt, p1, f"{RT1_V4}/24")
-                lab.run(t.rt, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
-                if variant == "kernel-napi":
-                    kernel_napi_thread(lab, t.rt, p0)
+                setup_kernel_router(lab, t, napi=variant == "kernel-napi")
             elif variant == "vecroute":
                 router = start_vecroute(lab, t)
             elif variant == "naive":
