@@ -25,6 +25,7 @@ removed on exit. Kernel IPv4 addresses on a port are reported.
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import logging
 import os
@@ -378,6 +379,10 @@ class LiveRouter:
                     for n in self.neigh.entries.values()
                     if n.mac is not None and n.state != PERMANENT
                 ]
+                # a full table is millions of objects: no collection pass while they are
+                # made (it would hold the GIL for a second, and a worker returning to
+                # Python would wait for it), then they are frozen out of later passes
+                gc.disable()
                 try:
                     cfg, fib, firewalls = await asyncio.get_running_loop().run_in_executor(
                         None, self._build, self.config_path, learnt
@@ -386,6 +391,9 @@ class LiveRouter:
                     log.error("reload failed, keeping the running configuration: %s", e)
                 else:
                     self._install(cfg, fib, firewalls)
+                finally:
+                    gc.freeze()
+                    gc.enable()
                 if not self._reload_again:
                     return
         finally:
@@ -414,6 +422,9 @@ class LiveRouter:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._request_stop)
         loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self._reload()))
+        # the tables built so far (a full table: millions of objects) stay out of the
+        # garbage collector's passes, which hold the GIL while they run
+        gc.freeze()
         try:
             for w in self.workers:
                 w.on_exit = lambda w: loop.call_soon_threadsafe(self._worker_exited, w)

@@ -65,7 +65,7 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 # ---------------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lpm4_lookup(roots, groups, table_index, addr):
     """Longest-prefix match of one IPv4 address (uint32) -> value, or -1 on a miss.
 
@@ -86,7 +86,7 @@ def lpm4_lookup(roots, groups, table_index, addr):
     return np.int32(e & VALUE_MASK) if e & VALID else np.int32(-1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lpm6_lookup(roots, groups, table_index, hi, lo):
     """Longest-prefix match of one IPv6 address given as two uint64 (big-endian halves).
 
@@ -108,7 +108,7 @@ def lpm6_lookup(roots, groups, table_index, hi, lo):
     return v if e & VALID else np.int32(-1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lpm4_lookup_vec(roots, groups, tables, addrs, n, out) -> None:
     """A vector of IPv4 lookups that overlaps their cache misses: every packet's root entry
     is read and its group line prefetched before any group is read (about 60 -> 36 ns per
@@ -149,7 +149,7 @@ def _byte6(hi, lo, level):
     return np.int64((lo >> np.uint64(56 - 8 * (level - 7))) & np.uint64(255))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lpm6_lookup_vec(roots, groups, tables, his, los, n, out) -> None:
     """A vector of IPv6 lookups walked level by level across the vector, prefetching each
     packet's next group: the misses of all packets overlap (about 120 -> 45 ns per packet
@@ -194,7 +194,7 @@ def lpm6_lookup_vec(roots, groups, tables, his, los, n, out) -> None:
             out[j] = np.int32(e & VALUE_MASK) if (e & VALID and not e & EXT) else np.int32(-1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lpm4_lookup_batch(roots, groups, table_index, addrs):
     """Vector of IPv4 lookups (uint32 addresses) -> int32 values (-1 = miss)."""
     n = addrs.shape[0]
@@ -203,7 +203,7 @@ def lpm4_lookup_batch(roots, groups, table_index, addrs):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lpm6_lookup_batch(roots, groups, table_index, his, los):
     """Vector of IPv6 lookups (uint64 high and low halves) -> int32 values (-1 = miss)."""
     n = his.shape[0]
@@ -217,7 +217,7 @@ def lpm6_lookup_batch(roots, groups, table_index, his, los):
 # ---------------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _mask(hi, lo, length):
     """Clear the host bits of the 128-bit (hi, lo) address beyond ``length``."""
     if length <= 0:
@@ -231,7 +231,7 @@ def _mask(hi, lo, length):
     return hi, lo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _chunk(hi, lo, level):
     """Index into the level-``level`` table: 16 bits at level 0, then one byte per level."""
     if level == 0:
@@ -242,13 +242,13 @@ def _chunk(hi, lo, level):
     return np.int64((lo >> np.uint64(56 - 8 * (b - 8))) & _U64_255)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def make_entry(depth, value):
     """Encode a valid leaf entry."""
     return VALID | (np.uint32(depth) << DEPTH_SHIFT) | (np.uint32(value) & VALUE_MASK)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _depth(e):
     return np.int64((e >> DEPTH_SHIFT) & DEPTH_MASK)
 
@@ -258,7 +258,7 @@ def _depth(e):
 # ---------------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _alloc_group(groups, free, state, fill):
     if state[ST_FREE] > 0:
         state[ST_FREE] -= 1
@@ -270,13 +270,13 @@ def _alloc_group(groups, free, state, fill):
     return g
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _free_group(free, state, g):
     free[state[ST_FREE]] = g
     state[ST_FREE] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _collapsible(groups, g, level):
     """True when group ``g`` (at ``level``) is 256 equal leaves the parent entry can hold."""
     e0 = groups[g, 0]
@@ -290,7 +290,7 @@ def _collapsible(groups, g, level):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _hit(e, d, is_delete):
     """Does the update of a rule of length ``d`` rewrite leaf ``e``?"""
     if is_delete:
@@ -298,7 +298,7 @@ def _hit(e, d, is_delete):
     return _depth(e) <= d
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _subtree(groups, free, state, g, level, d, new_e, is_delete):
     """Apply an update to every leaf below group ``g``, folding groups that become uniform.
 
@@ -334,7 +334,7 @@ def _subtree(groups, free, state, g, level, d, new_e, is_delete):
         stack_i[sp] = i + 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _range(row, groups, free, state, start, count, child_level, d, new_e, is_delete):
     """Apply an update to ``row[start:start+count]`` (a root row or a group row)."""
     for i in range(start, start + count):
@@ -349,7 +349,7 @@ def _range(row, groups, free, state, start, count, child_level, d, new_e, is_del
             row[i] = new_e
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _update(roots, groups, free, state, t, hi, lo, d, new_e, is_delete):
     """Write (add) or remove (delete, ``new_e`` = replacement) the rule hi:lo/d in table ``t``.
 
@@ -424,14 +424,14 @@ def _update(roots, groups, free, state, t, hi, lo, d, new_e, is_delete):
 # ---------------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _mix(z):
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _key(hi, lo, t, d, kw):
     meta = (np.uint64(t) << _U64_8) | np.uint64(d)
     if kw == 1:
@@ -439,7 +439,7 @@ def _key(hi, lo, t, d, kw):
     return hi, lo, meta
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _home(k0, k1, k2, kw, mask):
     h = _mix(k0)
     if kw != 1:
@@ -448,14 +448,14 @@ def _home(k0, k1, k2, kw, mask):
     return np.int64(h & mask)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _slot_home(keys, j, kw, mask):
     if kw == 1:
         return _home(keys[j, 0], _U64_0, _U64_0, kw, mask)
     return _home(keys[j, 0], keys[j, 1], keys[j, 2], kw, mask)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _h_find(keys, vals, k0, k1, k2, kw):
     """Slot holding the key, or ``-(free slot) - 1`` where it would go."""
     mask = np.uint64(vals.shape[0] - 1)
@@ -469,7 +469,7 @@ def _h_find(keys, vals, k0, k1, k2, kw):
         i = (i + 1) & m
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _h_put(keys, vals, state, k0, k1, k2, kw, value):
     """Insert or replace; True if the key is new."""
     s = _h_find(keys, vals, k0, k1, k2, kw)
@@ -486,7 +486,7 @@ def _h_put(keys, vals, state, k0, k1, k2, kw, value):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _h_remove(keys, vals, state, s, kw):
     """Empty slot ``s`` and shift the following probe run back (no tombstones)."""
     m = np.int64(vals.shape[0] - 1)
@@ -513,7 +513,7 @@ def _h_remove(keys, vals, state, s, kw):
     state[ST_RULES] -= 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rehash(keys, vals, new_cap):
     """Copy the rule store into a table of ``new_cap`` (a power of two) slots."""
     kw = keys.shape[1]
@@ -529,7 +529,7 @@ def rehash(keys, vals, new_cap):
     return nkeys, nvals
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rule_get(keys, vals, t, hi, lo, d, kw):
     """Exact-match value of the rule hi:lo/d in table ``t`` (host bits masked), or -1."""
     mh, ml = _mask(np.uint64(hi), np.uint64(lo), d)
@@ -538,7 +538,7 @@ def rule_get(keys, vals, t, hi, lo, d, kw):
     return vals[s] if s >= 0 else np.int32(-1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _covering_entry(keys, vals, t, hi, lo, d, kw):
     """Leaf entry of the longest rule strictly shorter than ``d`` covering hi:lo, or 0."""
     for ln in range(d - 1, -1, -1):
@@ -555,7 +555,7 @@ def _covering_entry(keys, vals, t, hi, lo, d, kw):
 # ---------------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def add_rule(roots, groups, free, state, keys, vals, t, hi, lo, d, value, kw):
     """Add or replace one rule; True if it is new.  Capacity must have been ensured."""
     mh, ml = _mask(np.uint64(hi), np.uint64(lo), d)
@@ -565,7 +565,7 @@ def add_rule(roots, groups, free, state, keys, vals, t, hi, lo, d, value, kw):
     return new
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def delete_rule(roots, groups, free, state, keys, vals, t, hi, lo, d, kw):
     """Delete one rule; False if it was not present."""
     mh, ml = _mask(np.uint64(hi), np.uint64(lo), d)
@@ -579,13 +579,13 @@ def delete_rule(roots, groups, free, state, keys, vals, t, hi, lo, d, kw):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def groups_available(groups, state):
     """Groups that can be allocated without growing the pool."""
     return state[ST_FREE] + groups.shape[0] - state[ST_USED]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _wide_at(a_hi, a_lo, j, kw):
     """(hi, lo) of prefix ``j``: IPv4 arrays hold uint32 addresses, IPv6 arrays two halves."""
     if kw == 1:
@@ -593,7 +593,7 @@ def _wide_at(a_hi, a_lo, j, kw):
     return np.uint64(a_hi[j]), np.uint64(a_lo[j])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def missing_levels(roots, groups, t, a_hi, a_lo, lens, kw):
     """Per prefix: the first trie level whose group on its path does not exist yet (99: none).
 
@@ -622,7 +622,7 @@ def missing_levels(roots, groups, t, a_hi, a_lo, lens, kw):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def add_rules(
     roots,
     groups,
@@ -663,7 +663,7 @@ def add_rules(
     return i, new
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def delete_rules(roots, groups, free, state, keys, vals, t, a_hi, a_lo, lens, kw):
     """Delete many rules; returns how many were present."""
     n = 0
@@ -679,12 +679,12 @@ def delete_rules(roots, groups, free, state, keys, vals, t, a_hi, a_lo, lens, kw
 # ---------------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _is_space(c):
     return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _hexval(c):
     if 48 <= c <= 57:
         return np.int64(c) - 48
@@ -695,7 +695,7 @@ def _hexval(c):
     return np.int64(-1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _parse_v4(buf, s, e):
     """Dotted quad in buf[s:e] -> (ok, addr)."""
     addr = np.uint64(0)
@@ -721,7 +721,7 @@ def _parse_v4(buf, s, e):
     return i == e, addr
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _parse_v6(buf, s, e, words):
     """Hex-and-colons IPv6 address in buf[s:e] -> (ok, hi, lo); no embedded IPv4 form."""
     z = np.uint64(0)
@@ -777,7 +777,7 @@ def _parse_v6(buf, s, e, words):
     return True, hi, lo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def parse_prefix_lines(buf):
     """Parse ``addr/len`` lines of a byte buffer.
 

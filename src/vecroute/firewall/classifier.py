@@ -931,7 +931,7 @@ def _rows_to_ctl(c4, cl6_roots, cl6_groups, cmap, ctl, keys, i, direction):
     ctl[FC_ROWS + 4] = rm
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False)
 def _batch(
     c4,
     cl6_roots,
@@ -1034,7 +1034,7 @@ def _batch(
         aux[i] = a
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fw_batch(fw, keys, n, direction, now, verdicts, rules, aux):
     """Classify ``keys[:n]``; see the module doc for the outputs."""
     _batch(
@@ -1070,7 +1070,7 @@ def fw_batch(fw, keys, n, direction, now, verdicts, rules, aux):
     )
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False)
 def _one(
     c4,
     cl6_roots,
@@ -1130,7 +1130,7 @@ def _one(
     )
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fw_classify(fw, keys, i, direction, now):
     """Classify one packet ``keys[i]``: (verdict, rule index, aux). ``fw_batch`` is the
     fast path (it unpacks the FW tuple once per vector, this once per packet)."""
@@ -1164,7 +1164,7 @@ def fw_classify(fw, keys, i, direction, now):
     )
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False)
 def fw_batch_flat(
     c4,
     cl6_roots,
@@ -1235,7 +1235,7 @@ def fw_batch_flat(
 # =============================================================================================
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _set_bits(bm, bits, lo, hi):
     """Set bit ``bits[k]`` in rows lo[k]..hi[k]."""
     for k in range(bits.shape[0]):
@@ -1246,7 +1246,7 @@ def _set_bits(bm, bits, lo, hi):
             bm[row, w] |= bit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _aggregate(bm, ag, nrows, grp):
     for row in range(nrows):
         for k in range(grp.shape[0]):
@@ -1264,7 +1264,7 @@ def _aggregate(bm, ag, nrows, grp):
                 ag[row, aoff + a] = g
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _shift_insert(bm, nrows, woff, nw, p):
     """Within words [woff, woff + nw): make room at bit p (bits >= p move up by one)."""
     w0 = p >> 6
@@ -1281,7 +1281,7 @@ def _shift_insert(bm, nrows, woff, nw, p):
             carry = out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _shift_delete(bm, nrows, woff, nw, p):
     """Within words [woff, woff + nw): remove bit p (bits > p move down by one)."""
     w0 = p >> 6
@@ -1296,7 +1296,7 @@ def _shift_delete(bm, nrows, woff, nw, p):
                 bm[row, woff + w] = (x >> _U1) | (nxt << np.uint64(63))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _set_bit_rows(bm, rows, p):
     w = p >> 6
     bit = _U1 << np.uint64(p & 63)
@@ -1707,7 +1707,7 @@ def _v4_intervals(keys: list[tuple[int, int]], rows: list[int]) -> tuple[np.ndar
     return st[keep], cl[keep]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fill_c4(c4, top, starts, cls, blocks, counts, offs):
     for b in range(blocks.shape[0]):
         h = blocks[b]

@@ -179,7 +179,7 @@ def _lt(ahi, alo, ap, bhi, blo, bp):
     return ap < bp
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def state_key(family, shi, slo, sport, dhi, dlo, dport, proto):
     """Canonical key of a packet: (ahi, alo, bhi, blo, ports, meta, packet goes A -> B)."""
     sp = sport if sport >= 0 else 0
@@ -190,7 +190,7 @@ def state_key(family, shi, slo, sport, dhi, dlo, dport, proto):
     return shi, slo, dhi, dlo, (sp << 16) | dp, meta, True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _remove_at(st, ctl, j):
     """Backward-shift deletion of row j."""
     mask = st.shape[0] - 1
@@ -214,7 +214,7 @@ def _remove_at(st, ctl, j):
             break
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def state_find(st, ctl, ahi, alo, bhi, blo, ports, meta, now):
     """Row of a live state with this key, or -1 (an expired one is reclaimed on the spot)."""
     mask = st.shape[0] - 1
@@ -240,7 +240,7 @@ def state_find(st, ctl, ahi, alo, bhi, blo, ports, meta, now):
         j = (j + 1) & mask
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def state_insert(st, ctl, ahi, alo, bhi, blo, ports, meta, ab, rule, now):
     """Create a state for a key known to be absent; returns its row, or -1 when full.
 
@@ -286,7 +286,7 @@ def state_insert(st, ctl, ahi, alo, bhi, blo, ports, meta, ab, rule, now):
     return j
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def state_update(st, ctl, j, ab, proto, tcpflags, length, now):
     """A packet matched state row j (``ab``: it goes A -> B): track TCP flags, refresh."""
     f = st[j, ST_FLAGS]
@@ -312,7 +312,7 @@ def state_update(st, ctl, j, ab, proto, tcpflags, length, now):
     st[j, ST_BYTES] += length
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sweep_states(st, ctl, now, budget):
     """Examine ``budget`` rows from the cursor on; reclaim the expired ones."""
     mask = st.shape[0] - 1
@@ -328,7 +328,7 @@ def sweep_states(st, ctl, now, budget):
     ctl[FC_CURSOR] = c
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rehash_states(st, cap):
     out = np.zeros((cap, ST_COLS), np.int64)
     mask = cap - 1
@@ -343,7 +343,7 @@ def rehash_states(st, cap):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def remap_state_rules(st, mapping):
     """After a rule-set change: ST_RULE -> mapping[ST_RULE]; states whose rule is gone
     (mapping -1) expire at once (reclaimed lazily)."""

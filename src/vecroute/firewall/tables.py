@@ -119,7 +119,7 @@ def _nt_home(backing, key, mask):
     return np.int64(z & np.uint64(mask))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def table_number_lookup(nt, t_idx, slot, key):
     """Value of ``key`` in number table ``slot``; -1 when absent."""
     if key < 0:
@@ -149,7 +149,7 @@ def table_iface_lookup(if_tab, t_idx, slot, ifindex):
 # ---------------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _nt_put(nt, b, keys, vals):
     """Insert or update; returns how many keys were new. Caller keeps the load <= 1/2."""
     mask = nt.shape[0] - 1
@@ -172,7 +172,7 @@ def _nt_put(nt, b, keys, vals):
     return new
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _nt_remove_at(nt, j):
     mask = nt.shape[0] - 1
     while True:
@@ -195,7 +195,7 @@ def _nt_remove_at(nt, j):
             break
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _nt_delete(nt, b, keys):
     mask = nt.shape[0] - 1
     gone = 0
@@ -214,7 +214,7 @@ def _nt_delete(nt, b, keys):
     return gone
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _nt_rehash(nt, cap):
     out = np.full((cap, 3), -1, np.int64)
     mask = cap - 1
@@ -241,7 +241,7 @@ def _space(c):
     return c == 32 or c == 9 or c == 13
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _hexv(c):
     if 48 <= c <= 57:
         return c - 48
@@ -252,7 +252,7 @@ def _hexv(c):
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _p4(buf, s, e):
     """Dotted quad in buf[s:e] -> address, or -1."""
     a = np.int64(0)
@@ -277,7 +277,7 @@ def _p4(buf, s, e):
     return (a << 8) | v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _p6(buf, s, e, g):
     """IPv6 text in buf[s:e] -> the 8 groups in g; False on anything unusual."""
     n = 0
@@ -330,7 +330,7 @@ def _p6(buf, s, e, g):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def parse_addr_lines(buf):
     """Parse "PREFIX [VALUE]" lines. Returns (bad_line or 0, v4 addr u32, v4 len u8,
     v4 value i64, v6 hi u64, v6 lo u64, v6 len u8, v6 value i64). ``bad_line`` is the 1-based

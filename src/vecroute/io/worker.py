@@ -38,7 +38,7 @@ log = logging.getLogger("vecroute.worker")
 PUNT_RING = 1024  # records
 INJECT_RING = 1024
 POLL_MS = 100  # the longest sleep: a stop or a time slice is noticed within it
-SLICE_NS = 200_000_000  # Python sees the worker at least this often
+SLICE_NS = 1_000_000_000  # Python sees the worker at least this often
 SPIN_NS = 200_000  # adaptive: awake this long after the last packet
 
 
