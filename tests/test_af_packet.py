@@ -1,9 +1,11 @@
 """AF_PACKET rings: compiled ring kernels on synthetic rings, then live on veth pairs.
 
-The synthetic tests lay out TPACKET_V3 blocks the way the kernel does and run the ring
-kernels directly (no root needed): VLAN re-insertion, checksum completion, GSO
-segmentation into spare slots, half-read blocks, drops.  The live tests (marked netns,
-root) use Linux namespaces as peers and scapy as the independent oracle.
+The synthetic tests lay out TPACKET_V3 blocks and TPACKET_V2 frames the way the kernel
+does and run the ring kernels directly (no root needed): VLAN re-insertion, checksum
+completion, GSO segmentation into spare slots, half-read blocks, frames given back one
+by one, V2 copies of packets bigger than a frame, lying header fields, drops.  The live
+tests (marked netns, root) use Linux namespaces as peers and scapy as the independent
+oracle; most run with both ring versions.
 """
 
 from __future__ import annotations
@@ -60,16 +62,20 @@ def make_frames(n: int) -> list[bytes]:
     return out
 
 
-# -- synthetic TPACKET_V3 blocks ----------------------------------------------------------
+# -- synthetic rings ----------------------------------------------------------------------
 
 BLOCK = 1 << 16
 MACOFF = 92  # where the kernel puts the frame for a 68-byte header + 10-byte vnet header
+FRAME2 = 2176  # af_packet.RX_FRAME_SIZE
+FPB2 = BLOCK // FRAME2  # 30 frames per 64 KiB block, 256 bytes left at its end
+MACOFF2 = 76  # TPACKET_ALIGN(52 + 16) + 10 - 14: where the kernel puts a V2 frame
+VLAN_BITS = R.TP_STATUS_VLAN_VALID | R.TP_STATUS_VLAN_TPID_VALID
 
 
 def make_ring(blocks: list[list[dict]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A ring of user-owned blocks; each packet: frame (tag removed, as the kernel does),
-    optional vnet=(flags, gso_type, gso_size, csum_start, csum_offset), vlan=tci,
-    pkttype, wire_len (default len(frame))."""
+    """A TPACKET_V3 ring of user-owned blocks; each packet: frame (tag removed, as the
+    kernel does), optional vnet=(flags, gso_type, gso_size, csum_start, csum_offset),
+    vlan=tci, tpid, pkttype, wire_len (default len(frame)), mac= / snaplen= to lie."""
     ring = np.zeros(BLOCK * len(blocks), dtype=np.uint8)
     for b, pkts in enumerate(blocks):
         base = b * BLOCK
@@ -80,10 +86,15 @@ def make_ring(blocks: list[list[dict]]) -> tuple[np.ndarray, np.ndarray, np.ndar
             status = R.TP_STATUS_USER
             if "vlan" in p:
                 status |= R.TP_STATUS_VLAN_VALID
+                if "tpid" in p:
+                    status |= R.TP_STATUS_VLAN_TPID_VALID
             nxt = 0 if j == len(pkts) - 1 else (MACOFF + len(frame) + 15) & ~15
             wire = p.get("wire_len", len(frame))
-            struct.pack_into("<IIIIIIHH", ring, h, nxt, 7, 5, len(frame), wire, status, MACOFF, 0)
+            snap = p.get("snaplen", len(frame))
+            mac = p.get("mac", MACOFF)
+            struct.pack_into("<IIIIIIHH", ring, h, nxt, 7, 5, snap, wire, status, mac, 0)
             struct.pack_into("<I", ring, h + R.H3_VLAN_TCI, p.get("vlan", 0))
+            struct.pack_into("<H", ring, h + R.H3_VLAN_TPID, p.get("tpid", 0))
             ring[h + R.H3_PKTTYPE] = p.get("pkttype", 0)
             flags, gso, size, cs, co = p.get("vnet", (0, 0, 0, 0, 0))
             struct.pack_into("<BBHHHH", ring, h + MACOFF - 10, flags, gso, 0, size, cs, co)
@@ -92,14 +103,105 @@ def make_ring(blocks: list[list[dict]]) -> tuple[np.ndarray, np.ndarray, np.ndar
     return ring, ring.view(np.uint16), ring.view(np.uint32)
 
 
-def ring_recv(ring, batch: PacketBatch, state, start: int, max_packets: int) -> int:
-    stats = np.zeros(R.N_STATS, np.int64)
-    n = R.rx_ring_to_batch(
-        ring[0], ring[1], ring[2], state, ring[0].size // BLOCK, BLOCK, True,
-        batch.buf, batch.meta, batch.ts, start, max_packets, 3, stats,
+def frame2_offset(i: int) -> int:
+    return (i // FPB2) * BLOCK + (i % FPB2) * FRAME2
+
+
+def write_frame2(ring: np.ndarray, i: int, p: dict, queue: socket.socket) -> None:
+    """Frame i of a TPACKET_V2 ring, handed to user space, laid out as the kernel does;
+    ``p`` as in make_ring, plus copy=True for a packet bigger than a frame: the ring
+    keeps what fits, marked TP_STATUS_COPY, and the whole packet (vnet header first)
+    goes to ``queue``, as the kernel queues it on the socket (copy="lost": it does not).
+    """
+    h = frame2_offset(i)
+    frame = p["frame"]
+    mac = p.get("mac", MACOFF2)
+    status = R.TP_STATUS_USER
+    if "vlan" in p:
+        status |= VLAN_BITS  # the kernel always sets both for V2
+    flags, gso, size, cs, co = p.get("vnet", (0, 0, 0, 0, 0))
+    vh = struct.pack("<BBHHHH", flags, gso, 0, size, cs, co)
+    data = frame
+    if p.get("copy"):
+        status |= R.TP_STATUS_COPY
+        data = frame[: FRAME2 - mac]
+        if p["copy"] != "lost":
+            queue.send(vh + frame)
+    ring[h : h + FRAME2] = 0
+    struct.pack_into(
+        "<IIIHHIIHH", ring, h, status, p.get("wire_len", len(frame)),
+        p.get("snaplen", len(data)), mac, (mac + 14) & 0xFFFF, 7, 5, p.get("vlan", 0),
+        p.get("tpid", 0x8100),
     )  # fmt: skip
-    ring_recv.stats = stats  # type: ignore[attr-defined]
-    return n
+    ring[h + R.H2_PKTTYPE] = p.get("pkttype", 0)
+    if R.H2_HDRLEN + 10 <= mac <= FRAME2 - len(data):  # honest enough to lay out
+        ring[h + mac - 10 : h + mac] = np.frombuffer(vh, np.uint8)
+        ring[h + mac : h + mac + len(data)] = np.frombuffer(data, np.uint8)
+
+
+class Synth:
+    """A synthetic RX ring of either version and the compiled walker run over it (no
+    root needed).  ``blocks``: lists of packets (V2: frames in order, blocks flattened);
+    V2 frames past the packets belong to the kernel."""
+
+    def __init__(self, version: int, blocks: list[list[dict]], nframes: int = 0,
+                 copy_size: int = 1 << 18) -> None:  # fmt: skip
+        self.version = version
+        self.state = np.zeros(R.N_RX_STATE, np.int64)
+        self.stats = np.zeros(R.N_STATS, np.int64)
+        self.copy = np.zeros(copy_size, np.uint8)
+        self.queue, self.sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.queue.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        if version == 3:
+            self.ring = make_ring(blocks)
+            return
+        pkts = [p for b in blocks for p in b]
+        self.nframes = nframes or len(pkts)
+        ring = np.zeros(-(-self.nframes // FPB2) * BLOCK, np.uint8)
+        for i, p in enumerate(pkts):
+            write_frame2(ring, i, p, self.queue)
+        self.ring = ring, ring.view(np.uint16), ring.view(np.uint32)
+
+    def recv(self, batch: PacketBatch, start: int, max_packets: int) -> int:
+        r8, r16, r32 = self.ring
+        if self.version == 3:
+            return R.rx_ring_to_batch(
+                r8, r16, r32, self.state, r8.size // BLOCK, BLOCK, True,
+                batch.buf, batch.meta, batch.ts, start, max_packets, 3, self.stats,
+            )  # fmt: skip
+        return R.rx_ring2_to_batch(
+            r8, r16, r32, self.state, self.nframes, FRAME2, FPB2, BLOCK, True,
+            self.sock.fileno(), self.copy, batch.buf, batch.meta, batch.ts, start,
+            max_packets, 3, self.stats,
+        )  # fmt: skip
+
+    def owned(self, i: int) -> bool:
+        """Block (V3) or frame (V2) i still handed to user space."""
+        off = i * BLOCK + 8 if self.version == 3 else frame2_offset(i)
+        return bool(self.ring[2][off // 4] & R.TP_STATUS_USER)
+
+    def queued(self) -> int:
+        """Copies left on the socket queue."""
+        n = 0
+        self.sock.setblocking(False)
+        try:
+            while True:
+                self.sock.recv(1 << 18)
+                n += 1
+        except BlockingIOError:
+            return n
+
+    def __enter__(self) -> Synth:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.queue.close()
+        self.sock.close()
+
+
+def stat(s: Synth, name: str) -> int:
+    return int(s.stats[R.STAT_INDEX[name]])
 
 
 def pseudo_seeded(pkt, l4layer) -> bytes:
@@ -121,7 +223,12 @@ def pseudo_seeded(pkt, l4layer) -> bytes:
     return bytes(frame)
 
 
-def test_vlan_tag_put_back_and_checksum_finished() -> None:
+VERSIONS = pytest.mark.parametrize("version", [2, 3], ids=["V2", "V3"])
+
+
+@VERSIONS
+@pytest.mark.parametrize("tpid", [None, 0x88A8])
+def test_vlan_tag_put_back_and_checksum_finished(version: int, tpid: int | None) -> None:
     pkt = (
         Ether(src=MAC_A, dst=MAC_B)
         / Dot1Q(vlan=42, prio=5)
@@ -130,20 +237,25 @@ def test_vlan_tag_put_back_and_checksum_finished() -> None:
         / Raw(b"x" * 33)
     )
     good = raw(pkt)
+    if tpid:
+        good = good[:12] + tpid.to_bytes(2, "big") + good[14:]
     seeded = pseudo_seeded(pkt, UDP)
     untagged = seeded[:12] + seeded[16:]  # the kernel keeps the tag in the tpacket header
     cs = 18 + 20
-    ring = make_ring([[{"frame": untagged, "vlan": (5 << 13) | 42, "vnet": (1, 0, 0, cs, 6)}]])
+    p = {"frame": untagged, "vlan": (5 << 13) | 42, "vnet": (1, 0, 0, cs, 6)}
+    if tpid:
+        p["tpid"] = tpid
     batch = PacketBatch(8)
-    state = np.zeros(R.N_RX_STATE, np.int64)
-    assert ring_recv(ring, batch, state, 0, 8) == 1
-    assert batch.frame(0) == good
-    assert ring_recv.stats[R.S_CSUM_FIXED] == 1
-    assert ring[2][8 // 4] == R.TP_STATUS_KERNEL  # block handed back
+    with Synth(version, [[p]]) as s:
+        assert s.recv(batch, 0, 8) == 1
+        assert batch.frame(0) == good
+        assert stat(s, "rx_csum_fixed") == 1
+        assert not s.owned(0)  # handed back
 
 
+@VERSIONS
 @pytest.mark.parametrize("v6", [False, True])
-def test_gso_segments_overflow_into_spare_slots(v6: bool) -> None:
+def test_gso_segments_overflow_into_spare_slots(version: int, v6: bool) -> None:
     payload = bytes(range(256)) * 40  # 10240 bytes, mss 1000 -> 11 segments
     l3 = (
         IPv6(src="2001:db8::1", dst="2001:db8::2")
@@ -165,31 +277,34 @@ def test_gso_segments_overflow_into_spare_slots(v6: bool) -> None:
         / UDP(sport=1, dport=2)
         / Raw(b"y" * 20)
     )
-    ring = make_ring([[{"frame": raw(small)}, {"frame": frame, "vnet": (1, gso, 1000, cs, 16)}]])
+    # V2: the super-packet is bigger than a frame, so it comes whole from the socket
+    big = {"frame": frame, "vnet": (1, gso, 1000, cs, 16), "copy": True}
     batch = PacketBatch(4, spare_factor=4)  # 16 slots
-    state = np.zeros(R.N_RX_STATE, np.int64)
-    # 3 slots asked for, starting at slot 2: the small frame takes one, the super-packet
-    # starts inside the window and runs on into the spare slots
-    n = ring_recv(ring, batch, state, 2, 3)
-    assert n == 12
+    with Synth(version, [[{"frame": raw(small)}, big]]) as s:
+        # 3 slots asked for, starting at slot 2: the small frame takes one, the
+        # super-packet starts inside the window and runs on into the spare slots
+        n = s.recv(batch, 2, 3)
+        assert n == 12
+        assert stat(s, "rx_copied") == (1 if version == 2 else 0)
+        assert s.queued() == 0
+        st = s.stats
     assert batch.frame(2) == raw(small)
     segs = [Ether(batch.frame(i)) for i in range(3, 3 + 11)]
-    st = ring_recv.stats
     assert st[R.S_GSO_SEGMENTED] == 1 and st[R.S_GSO_SEGMENTS] == 11
     data = b""
-    for k, s in enumerate(segs):
-        f = raw(s)
+    for k, seg in enumerate(segs):
+        f = raw(seg)
         assert checksums_ok(f)
-        t = s[TCP]
+        t = seg[TCP]
         assert t.seq == (0xFFFFF000 + 1000 * k) & 0xFFFFFFFF
         last = k == 10
         assert bool(t.flags & 0x01) == last and bool(t.flags & 0x08) == last  # FIN, PSH
         assert bool(t.flags & 0x80) == (k == 0)  # CWR
         assert t.flags & 0x10  # ACK everywhere
         if v6:
-            assert s[IPv6].plen == len(f) - 14 - 40
+            assert seg[IPv6].plen == len(f) - 14 - 40
         else:
-            assert s[IP].len == len(f) - 14 and s[IP].id == (0xFFFE + k) & 0xFFFF
+            assert seg[IP].len == len(f) - 14 and seg[IP].id == (0xFFFE + k) & 0xFFFF
         data += bytes(t.payload)
         i = 3 + k
         assert batch.meta[M_OFF, i] == i * SLOT + HEADROOM and batch.meta[M_RX, i] == 3
@@ -199,28 +314,179 @@ def test_gso_segments_overflow_into_spare_slots(v6: bool) -> None:
     assert len(raw(segs[0])) == 14 + (40 if v6 else 20) + 20 + 1000
 
 
-def test_half_read_block_resumes_and_bad_frames_are_counted() -> None:
+def _mixed_frames() -> tuple[list[dict], list[bytes]]:
     frames = make_frames(5)
     pkts = [{"frame": f} for f in frames]
     pkts.insert(1, {"frame": frames[0], "pkttype": 4})  # PACKET_OUTGOING: skipped
     pkts.insert(3, {"frame": frames[0][:60], "wire_len": 900})  # clamped by the kernel
     pkts.append({"frame": bytes(2100)})  # longer than a slot and not GSO
-    ring = make_ring([pkts, [{"frame": frames[4]}]])
+    return pkts, frames
+
+
+def test_half_read_block_resumes_and_bad_frames_are_counted() -> None:
+    pkts, frames = _mixed_frames()
     batch = PacketBatch(8)
-    state = np.zeros(R.N_RX_STATE, np.int64)
     got = []
-    stats = np.zeros(R.N_STATS, np.int64)
-    for _ in range(4):
-        n = ring_recv(ring, batch, state, 0, 2)
-        stats += ring_recv.stats
-        got += [batch.frame(i) for i in range(n)]
-        if len(got) < 5:
-            assert ring[2][8 // 4] == R.TP_STATUS_USER  # still ours: half read
-    assert got == frames + [frames[4]]
-    assert ring[2][8 // 4] == R.TP_STATUS_KERNEL and ring[2][(BLOCK + 8) // 4] == 0
-    assert stats[R.S_RX_OUTGOING] == 1 and stats[R.S_RX_TRUNCATED] == 1
-    assert stats[R.S_TOO_LONG] == 1 and stats[R.S_RX_PACKETS] == 6
-    assert ring_recv(ring, batch, state, 0, 8) == 0  # kernel owns everything now
+    with Synth(3, [pkts, [{"frame": frames[4]}]]) as s:
+        for _ in range(4):
+            n = s.recv(batch, 0, 2)
+            got += [batch.frame(i) for i in range(n)]
+            if len(got) < 5:
+                assert s.owned(0)  # still ours: half read
+        assert got == frames + [frames[4]]
+        assert not s.owned(0) and not s.owned(1)
+        assert stat(s, "rx_outgoing") == 1 and stat(s, "rx_truncated") == 1
+        assert stat(s, "rx_too_long") == 1 and stat(s, "rx_packets") == 6
+        assert s.recv(batch, 0, 8) == 0  # kernel owns everything now
+
+
+def test_v2_frames_go_back_one_by_one_and_bad_frames_are_counted() -> None:
+    pkts, frames = _mixed_frames()
+    pkts.append({"frame": frames[4]})
+    batch = PacketBatch(8)
+    got = []
+    with Synth(2, [pkts]) as s:
+        consumed = [3, 6, 9, 9]  # frames given back after each call of 2 slots
+        for k in range(4):
+            n = s.recv(batch, 0, 2)
+            got += [batch.frame(i) for i in range(n)]
+            assert [s.owned(i) for i in range(len(pkts))] == [
+                i >= consumed[k] for i in range(len(pkts))
+            ], k
+            assert s.state[R.R_FRAME] == consumed[k] % len(pkts)
+        assert got == frames + [frames[4]]
+        assert stat(s, "rx_outgoing") == 1 and stat(s, "rx_truncated") == 1
+        assert stat(s, "rx_too_long") == 1 and stat(s, "rx_packets") == 6
+        assert s.recv(batch, 0, 8) == 0  # kernel owns everything now
+
+
+def test_v2_ring_wraps_around() -> None:
+    """A 4-frame ring fed like the kernel does (only into frames given back, in ring
+    order) carries 40 frames in order; a frame still owned stops the producer."""
+    frames = make_frames(40)
+    batch = PacketBatch(8)
+    got: list[bytes] = []
+    with Synth(2, [[]], nframes=4) as s:
+        head = 0  # the kernel's next frame
+        sent = 0
+        while len(got) < 40:
+            while sent < 40 and not s.owned(head % 4):
+                write_frame2(s.ring[0], head % 4, {"frame": frames[sent]}, s.queue)
+                head += 1
+                sent += 1
+            n = s.recv(batch, 0, 3)
+            assert n == min(3, sent - len(got))
+            got += [batch.frame(i) for i in range(n)]
+        assert got == frames and s.state[R.R_FRAME] == 0
+
+
+@VERSIONS
+def test_lying_header_fields_are_bounded(version: int) -> None:
+    """tp_mac / tp_snaplen that point outside the frame (V2) or block (V3), or into the
+    header itself, are counted as truncated; honest frames around them pass intact."""
+    frames = make_frames(4)
+    end = FRAME2 if version == 2 else BLOCK
+    bad = [
+        {"frame": frames[0], "mac": 0xFFFF},
+        {"frame": frames[0], "snaplen": 0xFFFFFFFF, "wire_len": 0},
+        {"frame": frames[0], "snaplen": end, "wire_len": 0},
+        {"frame": frames[0], "mac": (R.H2_HDRLEN if version == 2 else R.H3_HDRLEN) + 9},
+    ]
+    pkts = [{"frame": frames[0]}, *bad[:2], {"frame": frames[1]}, *bad[2:], {"frame": frames[2]}]
+    batch = PacketBatch(8)
+    with Synth(version, [pkts]) as s:
+        assert s.recv(batch, 0, 8) == 3
+        assert [batch.frame(i) for i in range(3)] == frames[:3]
+        assert stat(s, "rx_truncated") == 4 and stat(s, "rx_packets") == 3
+
+
+def test_v2_frame_filling_its_slot_exactly_passes_one_byte_more_does_not() -> None:
+    fits = bytes(14) + bytes(range(256)) * 8  # 2062 bytes: too long for a batch slot
+    mac = FRAME2 - len(fits)
+    pkts = [
+        {"frame": fits, "mac": mac},  # ends exactly at the end of the frame
+        {"frame": fits, "mac": mac, "snaplen": len(fits) + 1, "wire_len": 0},
+    ]
+    batch = PacketBatch(8)
+    with Synth(2, [pkts]) as s:
+        assert s.recv(batch, 0, 8) == 0
+        assert stat(s, "rx_too_long") == 1  # read in full, then judged by its length
+        assert stat(s, "rx_truncated") == 1
+
+
+def udp_gso(payload: bytes, mss: int) -> dict:
+    """A UDP GSO super-packet as a Linux host hands it to veth (checksum only seeded)."""
+    pkt = Ether(src=MAC_A, dst=MAC_B) / IP(src="192.0.2.1", dst="198.51.100.1") / UDP(
+        sport=5, dport=6) / Raw(payload)  # fmt: skip
+    return {"frame": pseudo_seeded(pkt, UDP), "vnet": (1, R.VNET_GSO_UDP_L4, mss, 34, 6)}
+
+
+def test_v2_copies_come_whole_from_the_socket_in_ring_order() -> None:
+    frames = make_frames(3)
+    big = bytes.fromhex("02000000000b02000000000a88b5") + bytes(range(256)) * 12  # 3086
+    pkts = [
+        {"frame": frames[0]},
+        {"frame": big, "copy": True},  # too long for a slot: dropped once received
+        {"frame": big[:2500], "copy": True, "pkttype": 4},  # outgoing: skipped, copy taken
+        {**udp_gso(b"a" * 1000 + b"b" * 1000 + b"c" * 500, 1000), "copy": True},
+        {"frame": frames[2]},
+        {"frame": big, "copy": "lost"},  # nothing queued: counted, not waited for
+    ]
+    batch = PacketBatch(8)
+    with Synth(2, [pkts]) as s:
+        assert s.recv(batch, 0, 8) == 5
+        got = [batch.frame(i) for i in range(5)]
+        assert got[0] == frames[0] and got[4] == frames[2]
+        assert [bytes(Ether(f)[UDP].payload) for f in got[1:4]] == [
+            b"a" * 1000, b"b" * 1000, b"c" * 500]  # fmt: skip
+        assert all(checksums_ok(f) for f in got[1:4])
+        assert stat(s, "rx_copied") == 3 and stat(s, "rx_copy_lost") == 1
+        assert stat(s, "rx_too_long") == 1 and stat(s, "rx_outgoing") == 1
+        assert s.queued() == 0 and not any(s.owned(i) for i in range(len(pkts)))
+
+
+def test_v2_copy_waiting_for_room_is_received_once() -> None:
+    payload = bytes(range(200)) * 50  # 10000 bytes in 10 segments of 1000
+    gso = {**udp_gso(payload, 1000), "copy": True}
+    first, after = make_frames(2)
+    pkts = [{"frame": first}, {"frame": first}, gso, {"frame": after}]
+    small, large = PacketBatch(4, spare_factor=2), PacketBatch(16)
+    with Synth(2, [pkts]) as s:
+        # from slot capacity-11 on: two frames, then 9 slots left for 10 segments, so the
+        # super-packet waits (in the copy buffer) for the next batch
+        assert s.recv(small, small.capacity - 11, 11) == 2
+        assert s.owned(2) and s.state[R.R_COPIED] == len(gso["frame"]) + 10
+        assert stat(s, "rx_copied") == 1 and s.queued() == 0
+        assert s.recv(large, 0, 16) == 11
+        assert stat(s, "rx_copied") == 1 and stat(s, "rx_copy_lost") == 0
+        assert stat(s, "rx_gso_segments") == 10 and s.state[R.R_COPIED] == 0
+    assert b"".join(bytes(Ether(large.frame(i))[UDP].payload) for i in range(10)) == payload
+    assert large.frame(10) == after
+
+
+def test_v2_copy_cut_short_by_the_buffer_is_truncated() -> None:
+    frames = make_frames(2)
+    big = frames[0] + bytes(3000)
+    with Synth(2, [[{"frame": big, "copy": True}, {"frame": frames[1]}]], copy_size=2048) as s:
+        batch = PacketBatch(8)
+        assert s.recv(batch, 0, 8) == 1 and batch.frame(0) == frames[1]
+        assert stat(s, "rx_truncated") == 1 and stat(s, "rx_copied") == 1
+
+
+def test_v2_walker_refuses_a_ring_smaller_than_its_arguments() -> None:
+    with Synth(2, [[{"frame": f} for f in make_frames(3)]]) as s:
+        r8, r16, r32 = s.ring
+        batch = PacketBatch(8)
+        for nframes, fsize, fpb, bsize in (
+            (FPB2 + 1, FRAME2, FPB2, BLOCK),  # a second block that is not there
+            (3, FRAME2, FPB2 + 1, BLOCK),  # frames overrunning their block
+            (3, 100, FPB2, BLOCK),  # frames too small for their header
+        ):
+            n = R.rx_ring2_to_batch(r8, r16, r32, s.state, nframes, fsize, fpb, bsize, True,
+                                    s.sock.fileno(), s.copy, batch.buf, batch.meta, batch.ts,
+                                    0, 8, 0, s.stats)  # fmt: skip
+            assert n == 0
+        assert s.owned(0) and s.recv(batch, 0, 8) == 3
 
 
 def test_tx_ring_full_drops_and_counts() -> None:
@@ -313,11 +579,14 @@ def is_test_frame(f: bytes) -> bool:
 
 @pytest.mark.netns
 @needs_root
-def test_rx_receives_kernel_sent_frames_intact(lab) -> None:
+@VERSIONS
+def test_rx_receives_kernel_sent_frames_intact(lab, version: int) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
-    # a small ring (4 blocks of 16 KB) goes round many times: blocks must be given back
-    ps = packet_socket(rt, b, rx_blocks=4, block_size=1 << 14)
+    # a small ring (4 blocks of 16 KB: V2 28 frames) goes round many times: blocks or
+    # frames must be given back
+    ps = packet_socket(rt, b, rx_blocks=4, block_size=1 << 14, rx_version=version)
+    assert ps.rx_version == version
     frames = make_frames(600)
     got: list[bytes] = []
     with ps, raw_socket(h1, a) as tx:
@@ -334,10 +603,11 @@ def test_rx_receives_kernel_sent_frames_intact(lab) -> None:
 
 @pytest.mark.netns
 @needs_root
-def test_tx_batch_reaches_the_peer_intact(lab) -> None:
+@VERSIONS
+def test_tx_batch_reaches_the_peer_intact(lab, version: int) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
-    ps = packet_socket(rt, b)
+    ps = packet_socket(rt, b, rx_version=version)
     frames = make_frames(300)
     data = np.frombuffer(b"".join(frames), np.uint8)
     lens = np.array([len(f) for f in frames], np.int32)
@@ -380,12 +650,13 @@ def host_pair(lab):
 
 @pytest.mark.netns
 @needs_root
-def test_udp_from_a_linux_host_gets_a_valid_checksum(lab) -> None:
+@VERSIONS
+def test_udp_from_a_linux_host_gets_a_valid_checksum(lab, version: int) -> None:
     from vecroute.io.netns import entered
 
     h1, h2, a, b = host_pair(lab)
-    fixed = packet_socket(h2, b, tx_frames=0)
-    plain = packet_socket(h2, b, tx_frames=0, vnet_hdr=False)
+    fixed = packet_socket(h2, b, tx_frames=0, rx_version=version)
+    plain = packet_socket(h2, b, tx_frames=0, vnet_hdr=False, rx_version=version)
     with fixed, plain:
         with entered(h1):
             u4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -409,14 +680,15 @@ def test_udp_from_a_linux_host_gets_a_valid_checksum(lab) -> None:
 
 @pytest.mark.netns
 @needs_root
+@VERSIONS
 @pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6])
-def test_tcp_gso_super_packets_are_segmented(lab, family: int) -> None:
+def test_tcp_gso_super_packets_are_segmented(lab, family: int, version: int) -> None:
     from vecroute.io.netns import entered
 
     h1, h2, a, b = host_pair(lab)
     addr = "198.51.100.2" if family == socket.AF_INET else "2001:db8::2"
     data = os.urandom(1 << 16)
-    ps = packet_socket(h2, b, tx_frames=0)
+    ps = packet_socket(h2, b, tx_frames=0, rx_version=version)
     with entered(h2):
         srv = socket.socket(family)
     with entered(h1):
@@ -447,6 +719,9 @@ def test_tcp_gso_super_packets_are_segmented(lab, family: int) -> None:
         st = ps.stats_dict()
     assert st["rx_gso_segmented"] >= 1 and st["rx_too_long"] == 0
     assert st["rx_gso_segments"] > st["rx_gso_segmented"]
+    assert st["rx_truncated"] == 0 and st["rx_copy_lost"] == 0
+    # V2: every super-packet was bigger than a ring frame and came through the socket
+    assert st["rx_copied"] == (st["rx_gso_segmented"] if version == 2 else 0)
     by_seq: dict[int, bytes] = {}
     for f in segs:
         assert len(f) <= 1514 and checksums_ok(f)
@@ -466,11 +741,54 @@ def test_tcp_gso_super_packets_are_segmented(lab, family: int) -> None:
 
 @pytest.mark.netns
 @needs_root
-def test_udp_gso_is_segmented(lab) -> None:
+def test_v2_copy_memory_bounds_the_queued_super_packets(lab) -> None:
+    """With rx_copy_memory at its minimum the kernel queues one whole super-packet at a
+    time: the others arrive truncated (counted), and ring and queue stay in step."""
     from vecroute.io.netns import entered
 
     h1, h2, a, b = host_pair(lab)
-    ps = packet_socket(h2, b, tx_frames=0)
+    ps = packet_socket(h2, b, tx_frames=0, rx_version=2, rx_copy_memory=1)
+    with entered(h2):
+        srv = socket.socket()
+    with entered(h1):
+        cli = socket.socket()
+    data = os.urandom(1 << 19)
+    with ps, srv, cli:
+        srv.bind(("198.51.100.2", 5201))
+        srv.listen()
+        received = bytearray()
+
+        def serve() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                while len(received) < len(data) and (chunk := conn.recv(1 << 16)):
+                    received.extend(chunk)
+
+        th = threading.Thread(target=serve)
+        th.start()
+        cli.connect(("198.51.100.2", 5201))
+        cli.sendall(data)  # nobody reads the PacketSocket meanwhile
+        th.join(10)
+        assert bytes(received) == data  # the socket only watches
+
+        def is_data(f: bytes) -> bool:
+            p = Ether(f)
+            return TCP in p and p[TCP].dport == 5201 and len(p[TCP].payload) > 0
+
+        segs = drain(ps, 10**9, is_data, timeout=0.3)
+        st = ps.stats_dict()
+    assert st["rx_copied"] >= 1 and st["rx_truncated"] >= 1 and st["rx_copy_lost"] == 0
+    assert st["rx_copied"] == st["rx_gso_segmented"]
+    assert all(checksums_ok(f) for f in segs)
+
+@pytest.mark.netns
+@needs_root
+@VERSIONS
+def test_udp_gso_is_segmented(lab, version: int) -> None:
+    from vecroute.io.netns import entered
+
+    h1, h2, a, b = host_pair(lab)
+    ps = packet_socket(h2, b, tx_frames=0, rx_version=version)
     payload = bytes(range(250)) * 32  # 8000 bytes in 1000-byte datagrams
     with ps:
         with entered(h1):
@@ -497,12 +815,13 @@ def test_udp_gso_is_segmented(lab) -> None:
 
 @pytest.mark.netns
 @needs_root
-def test_fanout_splits_flows_between_sockets(lab) -> None:
+@VERSIONS
+def test_fanout_splits_flows_between_sockets(lab, version: int) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
     group = os.getpid() & 0xFFFF
-    w1 = packet_socket(rt, b, fanout_group=group, tx_frames=0)
-    w2 = packet_socket(rt, b, fanout_group=group, tx_frames=0)
+    w1 = packet_socket(rt, b, fanout_group=group, tx_frames=0, rx_version=version)
+    w2 = packet_socket(rt, b, fanout_group=group, tx_frames=0, rx_version=version)
     flows = 64
     frames = [
         raw(
@@ -531,16 +850,108 @@ def test_fanout_splits_flows_between_sockets(lab) -> None:
 
 @pytest.mark.netns
 @needs_root
-def test_idle_wait_sleeps(lab) -> None:
+@VERSIONS
+def test_idle_wait_sleeps(lab, version: int) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
-    with packet_socket(rt, b) as ps:
+    with packet_socket(rt, b, rx_version=version) as ps:
         assert ps.wait(0) is False
         cpu0, wall0 = time.process_time(), time.monotonic()
         assert ps.wait(1000) is False
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
     assert wall >= 0.95
     assert cpu < 0.02  # < 2% of one core
+
+
+@pytest.mark.netns
+@needs_root
+@VERSIONS
+def test_vlan_tagged_frames_arrive_with_their_tag(lab, version: int) -> None:
+    """The receiving veth moves the tag into the skb (the tpacket header): it must be put
+    back, 802.1Q and 802.1ad alike."""
+    h1, rt = lab.netns("h1"), lab.netns("rt")
+    a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
+    frames = []
+    for k, tpid in enumerate((0x8100, 0x88A8, 0x8100)):
+        f = raw(Ether(src=MAC_A, dst=MAC_B) / Dot1Q(vlan=100 + k, prio=k, type=ETH_TEST)
+                / Raw(bytes(range(k, k + 60))))  # fmt: skip
+        frames.append(f[:12] + tpid.to_bytes(2, "big") + f[14:])
+    ps = packet_socket(rt, b, tx_frames=0, rx_version=version)
+    with ps, raw_socket(h1, a) as tx:
+        for f in frames:
+            tx.send(f)
+
+        def tagged_test(f: bytes) -> bool:
+            return f[16:18] == ETH_TEST.to_bytes(2, "big")
+
+        got = drain(ps, 3, tagged_test)
+    assert got == frames
+
+
+@pytest.mark.netns
+@needs_root
+@VERSIONS
+def test_rx_ring_args_drive_the_walker(lab, version: int) -> None:
+    """A compiled caller walking the ring itself with rx_ring_args() shares the cursor
+    and the counters with recv_batch."""
+    from vecroute.io.af_packet import PacketSocket
+
+    with pytest.raises(ValueError, match="rx_version must be 2 or 3"):
+        PacketSocket("lo", rx_version=1)
+    h1, rt = lab.netns("h1"), lab.netns("rt")
+    a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
+    frames = make_frames(20)
+    walker = R.rx_ring2_to_batch if version == 2 else R.rx_ring_to_batch
+    ps = packet_socket(rt, b, tx_frames=0, rx_version=version)
+    batch = PacketBatch(256)
+    got: list[bytes] = []
+    with ps, raw_socket(h1, a) as tx:
+        args = ps.rx_ring_args()
+        assert len(args) == (11 if version == 2 else 7)
+        for f in frames:
+            tx.send(f)
+        end = time.monotonic() + 3
+        while len(got) < 10 and time.monotonic() < end:
+            ps.wait(50)
+            n = walker(*args, batch.buf, batch.meta, batch.ts, 0, 10 - len(got), 5,
+                       ps.stats_array)  # fmt: skip
+            got += [batch.frame(i) for i in range(n)]
+        got += drain(ps, 10, is_test_frame)  # recv_batch goes on where the walker stopped
+        del args
+        assert ps.stats_dict()["rx_packets"] == 20
+    assert got == frames
+
+
+@pytest.mark.netns
+@needs_root
+def test_v2_hands_a_lone_frame_over_at_once_v3_waits_for_its_timer(lab) -> None:
+    """One frame at a time: a V2 ring shows it to wait(0) within milliseconds, a V3 ring
+    only when the block-retire timer fires (500 ms here, so it is plain to see)."""
+    h1, rt = lab.netns("h1"), lab.netns("rt")
+    a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
+    v2 = packet_socket(rt, b, tx_frames=0, rx_version=2, block_timeout_ms=500)
+    v3 = packet_socket(rt, b, tx_frames=0, rx_version=3, block_timeout_ms=500)
+    batch = PacketBatch(8)
+    frames = make_frames(5)
+    d2: list[float] = []
+    d3: list[float] = []
+    with v2, v3, raw_socket(h1, a) as tx:
+        for f in frames:
+            t0 = time.monotonic()
+            tx.send(f)
+            while not v2.wait(0) and time.monotonic() - t0 < 1:
+                pass
+            d2.append(time.monotonic() - t0)
+            assert v2.recv_batch(batch.buf, batch.meta, batch.ts, 0, 8, 0) == 1
+            assert batch.frame(0) == f
+            assert v3.wait(2000)
+            d3.append(time.monotonic() - t0)
+            assert v3.recv_batch(batch.buf, batch.meta, batch.ts, 0, 8, 0) == 1
+            assert batch.frame(0) == f
+    assert max(d2) < 0.05, d2
+    # the timer's phase is random: each V3 wait is somewhere in 0..500 ms, and all five
+    # under 100 ms has a probability of 0.2**5
+    assert max(d3) > 0.1 and max(d3) < 0.5 + 0.3, d3
 
 
 @pytest.mark.netns

@@ -2,12 +2,23 @@
 
 One :class:`PacketSocket` per interface (per worker) owns two sockets:
 
-- RX: TPACKET_V3 ring.  The kernel fills blocks of frames and hands a block over when it
-  is full or after ``block_timeout_ms``; :meth:`PacketSocket.recv_batch` walks the
-  blocks in compiled code, copies frames into batch slots and gives each block back
-  once consumed.  No system call per packet, none per batch either.
-  PACKET_IGNORE_OUTGOING keeps our own transmissions out; frames tagged
-  PACKET_OUTGOING are skipped anyway.
+- RX: a TPACKET_V2 ring (``rx_version=2``, the default) or a TPACKET_V3 ring
+  (``rx_version=3``); :meth:`PacketSocket.recv_batch` walks it in compiled code, copies
+  frames into batch slots and gives the ring memory back once consumed.  No system
+  call per packet, none per batch either.  PACKET_IGNORE_OUTGOING keeps our own
+  transmissions out; frames tagged PACKET_OUTGOING are skipped anyway.
+
+  V2 hands each frame over as soon as the kernel wrote it (and wakes ``poll``): a lone
+  packet waits for nobody.  Frames are ``rx_frame_size`` bytes (:data:`RX_FRAME_SIZE`
+  = 2176: the 76 bytes the kernel puts before an Ethernet frame with a vnet header --
+  TPACKET_ALIGN(52 + 16) + 10 - 14 -- plus a 2048-byte frame, with room to spare), as
+  many as the ring memory holds (``rx_blocks * block_size``, 16 MiB by default: 7680
+  frames).  Bigger packets (GSO super-packets) come whole through the socket's receive
+  queue (PACKET_COPY_THRESH; at most :data:`RX_COPY_MEMORY` bytes queued, above that
+  they are counted as rx_truncated); see :mod:`vecroute.io.af_packet_ring`.
+
+  V3 fills blocks of frames and hands a block over only when it is full or after
+  ``block_timeout_ms``: a lone packet waits up to that long.
 - TX: TPACKET_V2 ring (simpler than V3 for sending), PACKET_QDISC_BYPASS on, PACKET_LOSS
   on (a bad frame is discarded instead of stalling the ring).  :meth:`send_batch` copies
   a batch into free frames, marks them TP_STATUS_SEND_REQUEST and makes one
@@ -15,12 +26,12 @@ One :class:`PacketSocket` per interface (per worker) owns two sockets:
   The TX socket is bound with protocol 0, so it never receives anything.
 
 Idle costs (almost) nothing: :meth:`wait` sleeps in ``poll()`` on the RX socket; with
-no traffic the process uses no CPU (the tests check < 2% of a core over a 1 s wait) and
-an empty block is never retired, so the process is never woken.  The kernel still runs
-the block-retire timer every ``block_timeout_ms`` per RX socket (an hrtimer on 6.18:
-about 1000 timer softirqs/s per socket at the default 1 ms, roughly 0.1-0.2% of a
-core).  The same timeout bounds the latency a lone packet sees (a block is handed over
-when full or when the timer fires), so 1 ms favours latency; raise it to trade.
+no traffic the process uses no CPU (the tests check < 2% of a core over a 1 s wait).
+V2 has no timer at all.  With V3 an empty block is never retired, so the process is
+never woken, but the kernel still runs the block-retire timer every
+``block_timeout_ms`` per RX socket (an hrtimer on 6.18: about 1000 timer softirqs/s per
+socket at the default 1 ms, roughly 0.1-0.2% of a core).  The same timeout bounds the
+latency a lone packet sees with V3, so 1 ms favours latency; raise it to trade.
 
 Several workers can share an interface with ``fanout_group``: PACKET_FANOUT_HASH spreads
 packets by the kernel's symmetric flow hash, so both directions of a flow stay on one
@@ -63,6 +74,7 @@ PACKET_VNET_HDR = 15
 PACKET_FANOUT = 18
 PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
+PACKET_COPY_THRESH = 7
 TPACKET_V2 = 1
 TPACKET_V3 = 2
 PACKET_FANOUT_HASH = 0
@@ -73,10 +85,20 @@ ETH_P_ALL = 0x0003
 ARPHRD_ETHER = 1
 ARPHRD_LOOPBACK = 772
 SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
 TPACKET_ALIGNMENT = 16
 TPACKET2_HDRLEN = 52  # TPACKET_ALIGN(sizeof tpacket2_hdr) + sizeof sockaddr_ll
 TPACKET3_HDRLEN = 68
-
+#: V2 RX frame: 2048 bytes of frame after the 76 bytes of header the kernel puts first
+RX_FRAME_SIZE = 2176
+#: V2: bytes of whole packets (bigger than a ring frame) the kernel may queue on the RX
+#: socket at once (SO_RCVBUF, skb truesize counted); a packet that finds it full arrives
+#: truncated (counted).  As much as the default ring: measured with a 32 MiB TCP transfer
+#: from a TSO host and a lagging reader, 4 MiB kept 134 of ~530 super-packets, 16 MiB 523
+RX_COPY_MEMORY = 16 << 20
+#: V2: the copy buffer, the largest packet taken whole (GSO super-packets are <= 64 KiB
+#: unless BIG TCP raised gso_max_size)
+RX_COPY_MAX = 1 << 18
 
 _PAGE = mmap.PAGESIZE
 
@@ -99,7 +121,10 @@ class PacketSocket:
 
     ``stats`` is an int64 array indexed as :data:`STATS` (``STAT_INDEX[name]``); reading
     it also folds in the kernel's drop counter (one getsockopt, so read it off the fast
-    path).
+    path).  ``rx_version`` is 2 or 3 (TPACKET_V2 / TPACKET_V3 RX ring); ``rx_blocks`` x
+    ``block_size`` is the RX ring memory for both; ``rx_frame_size`` is V2's frame size,
+    ``rx_copy_memory`` the bytes of packets bigger than a V2 frame the kernel may queue
+    (SO_RCVBUF), ``block_timeout_ms`` V3's block-retire timer.
     """
 
     def __init__(
@@ -114,6 +139,9 @@ class PacketSocket:
         vnet_hdr: bool = True,
         block_timeout_ms: int = 1,
         tx_mode: str = "ring",
+        rx_version: int = 2,
+        rx_frame_size: int = RX_FRAME_SIZE,
+        rx_copy_memory: int = RX_COPY_MEMORY,
     ) -> None:
         _check(rx_blocks >= 1, f"rx_blocks must be >= 1, not {rx_blocks}")
         _check(
@@ -124,6 +152,12 @@ class PacketSocket:
             128 <= frame_size <= min(block_size, TX_BLOCK) and frame_size % TPACKET_ALIGNMENT == 0,
             f"frame_size must be a multiple of 16 in 128..{TX_BLOCK}, not {frame_size}",
         )
+        _check(rx_version in (2, 3), f"rx_version must be 2 or 3, not {rx_version}")
+        _check(
+            128 <= rx_frame_size <= block_size and rx_frame_size % TPACKET_ALIGNMENT == 0,
+            f"rx_frame_size must be a multiple of 16 in 128..block_size, not {rx_frame_size}",
+        )
+        _check(rx_copy_memory >= 0, f"rx_copy_memory must be >= 0, not {rx_copy_memory}")
         _check(tx_frames >= 0, f"tx_frames must be >= 0, not {tx_frames}")
         _check(
             fanout_group is None or 0 <= fanout_group <= 0xFFFF,
@@ -132,6 +166,7 @@ class PacketSocket:
         _check(block_timeout_ms >= 1, f"block_timeout_ms must be >= 1, not {block_timeout_ms}")
         _check(tx_mode in ("ring", "sendmmsg"), f"tx_mode must be ring or sendmmsg, not {tx_mode}")
         self.tx_mode = tx_mode
+        self.rx_version = rx_version
         self.ifname = ifname
         self.vnet_hdr = bool(vnet_hdr)
         self._stats = np.zeros(N_STATS, dtype=np.int64)
@@ -144,7 +179,10 @@ class PacketSocket:
         except OSError:
             raise InterfaceError(f"{ifname}: no such interface") from None
         try:
-            self._open_rx(rx_blocks, block_size, frame_size, fanout_group, block_timeout_ms)
+            if rx_version == 2:
+                self._open_rx2(rx_blocks, block_size, rx_frame_size, fanout_group, rx_copy_memory)
+            else:
+                self._open_rx(rx_blocks, block_size, frame_size, fanout_group, block_timeout_ms)
             if tx_frames and tx_mode == "sendmmsg":
                 self._open_tx_mmsg(tx_frames)
             elif tx_frames:
@@ -193,14 +231,50 @@ class PacketSocket:
         frame_nr = nblocks * (block_size // frame_size)
         req3 = struct.pack("7I", block_size, nblocks, frame_size, frame_nr, tmo, 0, 0)
         self._opt(s, PACKET_RX_RING, req3, "RX ring")
+        self._map_rx(nblocks, block_size)
+        self._finish_rx(fanout)
+
+    def _open_rx2(
+        self, nblocks: int, block_size: int, frame_size: int, fanout: int | None, copy_mem: int
+    ) -> None:
+        s = self._rx_sock = self._socket()
+        self._opt(s, PACKET_VERSION, TPACKET_V2, "TPACKET_V2")
+        if self.vnet_hdr:
+            self._opt(s, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR")
+        # packets bigger than a frame: truncated in the ring (TP_STATUS_COPY), whole on
+        # the receive queue, whose memory SO_RCVBUF bounds
+        self._opt(s, PACKET_COPY_THRESH, 1, "PACKET_COPY_THRESH")
+        try:
+            s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, copy_mem)
+        except OSError:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, copy_mem)
+        fpb = block_size // frame_size
+        self._rx_nframes = nblocks * fpb
+        self._rx_frame_size = frame_size
+        self._rx_fpb = fpb
+        req = struct.pack("4I", block_size, nblocks, frame_size, self._rx_nframes)
+        self._opt(s, PACKET_RX_RING, req, "RX ring")
+        self._rx_copy = np.zeros(RX_COPY_MAX, dtype=np.uint8)
+        self._rx_fd = s.fileno()
+        self._map_rx(nblocks, block_size)
+        self._finish_rx(fanout)
+
+    def _map_rx(self, nblocks: int, block_size: int) -> None:
+        assert self._rx_sock is not None
         size = nblocks * block_size
-        self._rx_map = mmap.mmap(s.fileno(), size, mmap.MAP_SHARED | mmap.MAP_POPULATE)
+        self._rx_map = mmap.mmap(
+            self._rx_sock.fileno(), size, mmap.MAP_SHARED | mmap.MAP_POPULATE
+        )
         self._rx8 = np.frombuffer(self._rx_map, dtype=np.uint8)
         self._rx16 = self._rx8.view(np.uint16)
         self._rx32 = self._rx8.view(np.uint32)
         self._rx_state = np.zeros(ring.N_RX_STATE, dtype=np.int64)
         self._nblocks = nblocks
         self._block_size = block_size
+
+    def _finish_rx(self, fanout: int | None) -> None:
+        s = self._rx_sock
+        assert s is not None
         self._opt(s, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING")
         self._bind(s, ETH_P_ALL)
         if fanout is not None:
@@ -257,11 +331,50 @@ class PacketSocket:
         M_RX = rx_if, ts in ns) and return how many slots were filled.  GSO segments
         take one slot each and may run past max_packets into the batch's spare slots
         (never past its capacity).  Slots outside the returned range are not touched."""
+        if self.rx_version == 2:
+            return ring.rx_ring2_to_batch(
+                self._rx8, self._rx16, self._rx32, self._rx_state, self._rx_nframes,
+                self._rx_frame_size, self._rx_fpb, self._block_size, self.vnet_hdr,
+                self._rx_fd, self._rx_copy, buf, meta, ts, start, max_packets, rx_if,
+                self._stats,
+            )  # fmt: skip
         return ring.rx_ring_to_batch(
             self._rx8, self._rx16, self._rx32, self._rx_state, self._nblocks,
             self._block_size, self.vnet_hdr, buf, meta, ts, start, max_packets, rx_if,
             self._stats,
         )  # fmt: skip
+
+    def rx_ring_args(self) -> tuple:
+        """The arguments of the RX walker for this socket's version that come before
+        ``buf``, for a compiled caller that walks the ring itself::
+
+            ring.rx_ring2_to_batch(*ps.rx_ring_args(), buf, meta, ts, start, max_packets,
+                                   rx_if, stats)   # rx_version 2
+            ring.rx_ring_to_batch(*ps.rx_ring_args(), buf, ...)   # rx_version 3
+
+        V2: (ring8, ring16, ring32, state, nframes, frame_size, frames_per_block,
+        block_size, vnet, fd, copy); V3: (ring8, ring16, ring32, state, nblocks,
+        block_size, vnet).  The arrays are views of the ring (and the cursor and copy
+        buffer this socket uses in :meth:`recv_batch`: the two share one cursor), valid
+        until :meth:`close`; pass :attr:`stats_array` as ``stats`` to keep one set of
+        counters."""
+        if self._rx_sock is None:
+            raise ValueError(f"{self.ifname}: socket is closed")
+        if self.rx_version == 2:
+            return (
+                self._rx8, self._rx16, self._rx32, self._rx_state, self._rx_nframes,
+                self._rx_frame_size, self._rx_fpb, self._block_size, self.vnet_hdr,
+                self._rx_fd, self._rx_copy,
+            )  # fmt: skip
+        return (
+            self._rx8, self._rx16, self._rx32, self._rx_state, self._nblocks,
+            self._block_size, self.vnet_hdr,
+        )  # fmt: skip
+
+    @property
+    def stats_array(self) -> np.ndarray:
+        """The counters array itself (no getsockopt): what the walkers take as ``stats``."""
+        return self._stats
 
     def send_batch(self, buf: np.ndarray, meta: np.ndarray, index: np.ndarray, count: int) -> int:
         """Queue frames ``index[:count]`` of the batch on the TX ring and make one
@@ -287,11 +400,19 @@ class PacketSocket:
             raise ValueError(f"{self.ifname}: socket is closed")
         d = np.zeros(ring.PD_COLS, np.int64)
         d[ring.PD_RX_FD] = self._rx_sock.fileno()
-        d[ring.PD_RX_VERSION] = 3
+        d[ring.PD_RX_VERSION] = self.rx_version
         d[ring.PD_RX_ADDR] = self._rx8.ctypes.data
         d[ring.PD_RX_BYTES] = self._rx8.size
-        d[ring.PD_RX_N] = self._nblocks
-        d[ring.PD_RX_SIZE] = self._block_size
+        if self.rx_version == 2:
+            d[ring.PD_RX_N] = self._rx_nframes
+            d[ring.PD_RX_SIZE] = self._rx_frame_size
+            d[ring.PD_RX_FPB] = self._rx_fpb
+            d[ring.PD_RX_BLOCK] = self._block_size
+            d[ring.PD_RX_COPY] = self._rx_copy.ctypes.data
+            d[ring.PD_RX_COPY_BYTES] = self._rx_copy.size
+        else:
+            d[ring.PD_RX_N] = self._nblocks
+            d[ring.PD_RX_SIZE] = self._block_size
         d[ring.PD_VNET] = int(self.vnet_hdr)
         d[ring.PD_RX_STATE] = self._rx_state.ctypes.data
         d[ring.PD_STATS] = self._stats.ctypes.data
@@ -312,8 +433,9 @@ class PacketSocket:
         return d
 
     def wait(self, timeout_ms: int) -> bool:
-        """Sleep until the RX ring has a block for us or ``timeout_ms`` passes; True when
-        :meth:`recv_batch` has something to read.  No spinning: one poll() call."""
+        """Sleep until the RX ring has a frame (V2) or a block (V3) for us or
+        ``timeout_ms`` passes; True when :meth:`recv_batch` has something to read.  No
+        spinning: one poll() call."""
         if self._rx_ready():
             return True
         events = self._poll.poll(timeout_ms)
@@ -325,6 +447,10 @@ class PacketSocket:
         return self._rx_ready()
 
     def _rx_ready(self) -> bool:
+        if self.rx_version == 2:
+            cur, fpb = int(self._rx_state[ring.R_FRAME]), self._rx_fpb
+            h = (cur // fpb) * self._block_size + (cur % fpb) * self._rx_frame_size
+            return bool(self._rx32[h >> 2] & ring.TP_STATUS_USER)
         base = int(self._rx_state[ring.R_BLOCK]) * self._block_size
         return bool(self._rx32[(base + ring.BLK_STATUS) >> 2] & ring.TP_STATUS_USER)
 
@@ -334,8 +460,9 @@ class PacketSocket:
     def stats(self) -> np.ndarray:
         """Counters indexed as STATS; folds in the kernel's tp_drops (read-and-reset)."""
         if self._rx_sock is not None:
+            # struct tpacket_stats_v3 (V3, 12 bytes) starts like tpacket_stats (V2, 8)
             raw = self._rx_sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 12)
-            _packets, drops, _freezes = struct.unpack("3I", raw)
+            _packets, drops = struct.unpack_from("2I", raw)
             self._stats[ring.S_RX_KERNEL_DROPS] += drops
         return self._stats
 

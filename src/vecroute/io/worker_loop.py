@@ -80,9 +80,15 @@ def _rx(port, buf, meta, ts, start, max_packets, rx_if) -> int:
     ring8 = carray(u8_at(a), nb)
     ring16 = carray(u16_at(a), nb // 2)
     ring32 = carray(u32_at(a), nb // 4)
+    vnet = port[R.PD_VNET] != 0
+    if port[R.PD_RX_VERSION] == 2:
+        copy = carray(u8_at(port[R.PD_RX_COPY]), port[R.PD_RX_COPY_BYTES])
+        return R.rx_ring2_to_batch(ring8, ring16, ring32, state, port[R.PD_RX_N],
+                                   port[R.PD_RX_SIZE], port[R.PD_RX_FPB], port[R.PD_RX_BLOCK],
+                                   vnet, port[R.PD_RX_FD], copy, buf, meta, ts, start,
+                                   max_packets, rx_if, stats)
     return R.rx_ring_to_batch(ring8, ring16, ring32, state, port[R.PD_RX_N], port[R.PD_RX_SIZE],
-                              port[R.PD_VNET] != 0, buf, meta, ts, start, max_packets, rx_if,
-                              stats)
+                              vnet, buf, meta, ts, start, max_packets, rx_if, stats)
 
 
 @njit(cache=True, nogil=True)
