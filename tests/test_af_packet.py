@@ -26,6 +26,7 @@ from scapy.packet import Raw, raw
 
 from vecroute.graph.node_ids import ETHERNET_INPUT
 from vecroute.io import af_packet_ring as R
+from vecroute.packet import gso as G
 from vecroute.packet.batch import HEADROOM, M_LEN, M_NEXT, M_OFF, M_ORIG, M_RX, SLOT, PacketBatch
 
 MAC_A = "02:00:00:00:00:0a"
@@ -270,7 +271,7 @@ def test_gso_segments_overflow_into_spare_slots(version: int, v6: bool) -> None:
     )
     frame = pseudo_seeded(pkt, TCP)
     cs = 14 + (40 if v6 else 20)
-    gso = R.VNET_GSO_TCPV6 if v6 else R.VNET_GSO_TCPV4
+    gso = G.VNET_GSO_TCPV6 if v6 else G.VNET_GSO_TCPV4
     small = (
         Ether(src=MAC_A, dst=MAC_B)
         / IP(src="192.0.2.1", dst="198.51.100.1")
@@ -418,7 +419,7 @@ def udp_gso(payload: bytes, mss: int) -> dict:
     """A UDP GSO super-packet as a Linux host hands it to veth (checksum only seeded)."""
     pkt = Ether(src=MAC_A, dst=MAC_B) / IP(src="192.0.2.1", dst="198.51.100.1") / UDP(
         sport=5, dport=6) / Raw(payload)  # fmt: skip
-    return {"frame": pseudo_seeded(pkt, UDP), "vnet": (1, R.VNET_GSO_UDP_L4, mss, 34, 6)}
+    return {"frame": pseudo_seeded(pkt, UDP), "vnet": (1, G.VNET_GSO_UDP_L4, mss, 34, 6)}
 
 
 def test_v2_copies_come_whole_from_the_socket_in_ring_order() -> None:

@@ -116,6 +116,20 @@ COUNTERS: tuple[Counter, ...] = (
             " problem code 0 (RFC 8200 4.4, RFC 5095)"),
     Counter("local-bad-checksum", "ip4-local", "drop", "ICMP to us with a bad checksum"),
     Counter("nd-punt", "ip6-local", "event", "neighbour discovery handed to the control plane"),
+    # gso-segment
+    Counter(
+        "gso-segmented",
+        "gso-segment",
+        "event",
+        "GSO super-packet cut into ordinary packets in software (it needed fragmenting or"
+        " SRv6)",
+    ),
+    Counter(
+        "gso-bad", "gso-segment", "drop", "GSO super-packet with headers that cannot be cut"
+    ),
+    Counter(
+        "gso-no-buffer", "gso-segment", "drop", "no spare slots for the segments of a GSO packet"
+    ),
     # rewrite / output
     Counter("ttl-expired", "ip4-rewrite", "drop", "ip4 ttl or ip6 hop limit <= 1 when forwarding"),
     Counter(
@@ -339,6 +353,9 @@ C_ECHO_REPLY_SENT = _c("echo-reply-sent")
 C_LOCAL_UNHANDLED = _c("local-unhandled")
 C_LOCAL_BAD_CHECKSUM = _c("local-bad-checksum")
 C_ND_PUNT = _c("nd-punt")
+C_GSO_SEGMENTED = _c("gso-segmented")
+C_GSO_BAD = _c("gso-bad")
+C_GSO_NO_BUFFER = _c("gso-no-buffer")
 C_TTL_EXPIRED = _c("ttl-expired")
 C_MTU_EXCEEDED = _c("mtu-exceeded")
 C_NEIGHBOR_INCOMPLETE = _c("neighbor-incomplete")

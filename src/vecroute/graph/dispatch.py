@@ -16,6 +16,7 @@ from vecroute.graph.arp_input import arp_input
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.ethernet_input import ethernet_input
 from vecroute.graph.firewall import fw_node
+from vecroute.graph.gso_segment import gso_segment
 from vecroute.graph.icmp_error import icmp4_error, icmp6_error
 from vecroute.graph.ip4_frag import ip4_frag
 from vecroute.graph.ip4_input import ip4_input
@@ -125,6 +126,8 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
                 ip4_lookup(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.IP6_LOOKUP:
                 ip6_lookup(work, k, buf, meta, frames, frame_n, dp)
+            elif node == N.GSO_SEGMENT:
+                gso_segment(work, k, buf, meta, frames, frame_n, dp, nalloc)
             elif node == N.SRV6_LOCALSID:
                 srv6_localsid(work, k, buf, meta, frames, frame_n, dp)
             elif node == N.SRV6_ENCAP:

@@ -7,6 +7,7 @@ from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import ARP_INPUT, IP4_INPUT, IP6_INPUT
 from vecroute.graph.state import I_FIB4, I_FIB6, IFS_RX_BYTES, IFS_RX_PKTS
 from vecroute.packet.batch import (
+    F_GSO,
     F_IP6,
     F_L2_MCAST,
     M_FIB,
@@ -29,7 +30,7 @@ def ethernet_input(work, k, buf, meta, frames, frame_n, dp) -> None:
         rx = meta[M_RX, i]
         dp.if_stats[rx, IFS_RX_PKTS] += 1
         dp.if_stats[rx, IFS_RX_BYTES] += ln
-        if ln > MAX_FRAME:
+        if ln > MAX_FRAME and not meta[M_FLAGS, i] & F_GSO:  # a super-packet kept whole
             drop(frames, frame_n, meta, i, C.C_FRAME_TOO_LONG)
             continue
         if ln < ETH_HLEN:

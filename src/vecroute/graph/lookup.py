@@ -13,6 +13,7 @@ from vecroute.fib.lpm_kernels import lpm4_lookup_vec, lpm6_lookup_vec
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import flow_hash4, flow_hash6
 from vecroute.graph.frames import drop, enqueue, icmp_error
+from vecroute.graph.gso_segment import divert
 from vecroute.graph.node_ids import (
     FW_OUT,
     IP4_LOCAL,
@@ -37,6 +38,7 @@ from vecroute.graph.state import (
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
     F_FW_SKIP,
+    F_GSO,
     F_HLIM_DONE,
     F_L2_MCAST,
     F_LINK_LOCAL,
@@ -105,9 +107,15 @@ def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
     elif t == ADJ_DROP:
         drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
     elif t == ADJ_SRV6_ENCAP:
-        enqueue(frames, frame_n, meta, SRV6_ENCAP, i)
+        if meta[M_FLAGS, i] & F_GSO:  # SRv6 takes ordinary packets: cut it first
+            divert(frames, frame_n, meta, i, SRV6_ENCAP)
+        else:
+            enqueue(frames, frame_n, meta, SRV6_ENCAP, i)
     elif t == ADJ_SRV6_LOCALSID and ip6:
-        enqueue(frames, frame_n, meta, SRV6_LOCALSID, i)
+        if meta[M_FLAGS, i] & F_GSO:
+            divert(frames, frame_n, meta, i, SRV6_LOCALSID)
+        else:
+            enqueue(frames, frame_n, meta, SRV6_LOCALSID, i)
     elif t == ADJ_SRV6_LOCALSID:
         drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
     elif fw_out != 0 and not meta[M_FLAGS, i] & F_FW_SKIP:

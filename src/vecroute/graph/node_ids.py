@@ -18,6 +18,7 @@ NODE_NAMES: tuple[str, ...] = (
     "ip6-reass",
     "ip4-lookup",
     "ip6-lookup",
+    "gso-segment",
     "srv6-localsid",
     "srv6-encap",
     "icmp4-error",
@@ -45,6 +46,7 @@ IP4_REASS = NODE_NAMES.index("ip4-reass")
 IP6_REASS = NODE_NAMES.index("ip6-reass")
 IP4_LOOKUP = NODE_NAMES.index("ip4-lookup")
 IP6_LOOKUP = NODE_NAMES.index("ip6-lookup")
+GSO_SEGMENT = NODE_NAMES.index("gso-segment")
 SRV6_LOCALSID = NODE_NAMES.index("srv6-localsid")
 SRV6_ENCAP = NODE_NAMES.index("srv6-encap")
 ICMP4_ERROR = NODE_NAMES.index("icmp4-error")

@@ -15,7 +15,8 @@ from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.frames import enqueue, icmp_error
-from vecroute.graph.node_ids import INTERFACE_OUTPUT, IP4_FRAG, NEIGHBOR_REQUEST
+from vecroute.graph.gso_segment import divert, segment_l3_len
+from vecroute.graph.node_ids import INTERFACE_OUTPUT, IP4_FRAG, IP4_REWRITE, NEIGHBOR_REQUEST
 from vecroute.graph.state import (
     A_IF,
     A_NH4,
@@ -34,6 +35,7 @@ from vecroute.graph.token_bucket import has_token, take_token
 from vecroute.packet.batch import (
     F_ANSWER,
     F_FRAG_NONFIRST,
+    F_GSO,
     F_HLIM_DONE,
     F_ICMP_ERROR,
     F_IP6,
@@ -330,9 +332,14 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
         ifx = adj[a, A_IF]
         mtu = ifc[ifx, I_MTU]
         need_frag = iplen > mtu
+        if need_frag and flags & F_GSO:  # whole, it leaves as segments of this size
+            need_frag = segment_l3_len(buf, meta, i) > mtu
         if need_frag and rd16(buf, l3 + 6) & 0x4000:
             icmp_error(frames, frame_n, meta, i, False, C.C_MTU_EXCEEDED,
                        ICMP4_DEST_UNREACH, ICMP4_FRAG_NEEDED, mtu)
+            continue
+        if need_frag and flags & F_GSO:  # DF clear: its segments come back here, one by one
+            divert(frames, frame_n, meta, i, IP4_REWRITE)
             continue
         t = adj[a, A_TYPE]
         if t != ADJ_REWRITE and t != ADJ_REPLY:
@@ -406,7 +413,7 @@ def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
         iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])
         ifx = adj[a, A_IF]
         mtu = ifc[ifx, I_MTU]
-        if iplen > mtu:
+        if iplen > mtu and not (flags & F_GSO and segment_l3_len(buf, meta, i) <= mtu):
             icmp_error(frames, frame_n, meta, i, True, C.C_MTU_EXCEEDED,
                        ICMP6_PACKET_TOO_BIG, 0, mtu)
             continue

@@ -45,15 +45,38 @@ Layouts (checked against <linux/if_packet.h>, <linux/virtio_net.h> with offsetof
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
-from vecroute.io.syscalls import MSG_DONTWAIT, addr, kick, libc_sendmmsg
-from vecroute.packet.batch import HEADROOM, M_LEN, M_OFF, MAX_FRAME, SLOT, reset_slot
-from vecroute.packet.checksum import checksum, pseudo_header4, pseudo_header6
-from vecroute.packet.headers import rd16, rd32, wr16, wr32
+from vecroute.io.syscalls import MSG_DONTWAIT, addr, kick, libc_sendmmsg, sock_recv
+from vecroute.packet.batch import (
+    F_CSUM_PARTIAL,
+    F_GSO,
+    HEADROOM,
+    JUMBO_SLOT,
+    M_CSUM,
+    M_FLAGS,
+    M_GSO,
+    M_L3,
+    M_L4,
+    M_LEN,
+    M_OFF,
+    MAX_FRAME,
+    SLOT,
+    reset_slot,
+)
+from vecroute.packet.gso import (
+    GSO_TOO_BIG,
+    GSO_WAIT,
+    VNET_F_NEEDS_CSUM,
+    VNET_GSO_ECN,
+    VNET_GSO_NONE,
+    VNET_GSO_UDP_L4,
+    VNET_HDR_LEN,
+    copy_tagged,
+    finish_csum,
+    segment,
+)
+from vecroute.packet.headers import rd16
 from vecroute.packet.intrinsics import prefetch
 
 # -- kernel ABI ---------------------------------------------------------------------------
@@ -95,15 +118,7 @@ H2_HDRLEN = 32
 TX_DATA = 32
 TX_BLOCK = 1 << 16  # TX ring block size
 
-MSG_DONTWAIT = 0x40
 
-VNET_HDR_LEN = 10
-VNET_F_NEEDS_CSUM = 1
-VNET_GSO_NONE = 0
-VNET_GSO_TCPV4 = 1
-VNET_GSO_TCPV6 = 4
-VNET_GSO_UDP_L4 = 5
-VNET_GSO_ECN = 0x80
 
 # -- counters -----------------------------------------------------------------------------
 
@@ -129,6 +144,7 @@ STATS: tuple[tuple[str, str], ...] = (
     ("link_errors", "socket errors reported by poll (interface went down)"),
     ("rx_copied", "V2: packets bigger than a ring frame, taken whole from the socket queue"),
     ("rx_copy_lost", "V2 frames marked TP_STATUS_COPY whose copy recv() did not return"),
+    ("rx_gso_kept", "GSO super-packets kept whole in a jumbo slot (they leave whole)"),
 )
 STAT_INDEX = {name: i for i, (name, _) in enumerate(STATS)}
 S_RX_PACKETS = 0
@@ -150,6 +166,7 @@ S_TX_ERRORS = 15
 S_LINK_ERRORS = 16
 S_RX_COPIED = 17
 S_RX_COPY_LOST = 18
+S_GSO_PASSED = 19
 N_STATS = len(STATS)
 
 # A socket as a compiled loop sees it (int64 [PD_COLS], PacketSocket.loop_descriptor):
@@ -176,7 +193,8 @@ PD_TX_FPB = 17
 PD_TX_STATE = 18  # address of the int64 TX cursor
 PD_RX_COPY = 19  # V2: address of the copy buffer (packets bigger than a ring frame)
 PD_RX_COPY_BYTES = 20
-PD_COLS = 21
+PD_TX_VNET = 21  # sendmmsg: the socket takes a virtio_net_hdr before each frame
+PD_COLS = 22
 TXM_NONE = 0
 TXM_RING = 1
 TXM_MMSG = 2
@@ -196,165 +214,79 @@ N_RX_STATE = 3
 
 
 @njit(cache=True)
-def copy_tagged(ring, f, tagged, tpid, tci, lo, hi, buf, dst) -> None:
-    """Copy bytes [lo, hi) of the frame at ring[f:] to buf[dst:], as if the VLAN tag the
-    kernel moved into the tpacket header (hardware-accelerated tag) were back in place
-    after the MAC addresses; csum_start in the vnet header already counts it."""
-    if not tagged:
-        s = f + lo
-        for k in range(hi - lo):
-            buf[dst + k] = ring[s + k]
-        return
-    k = lo
-    while k < hi and k < 12:
-        buf[dst + k - lo] = ring[f + k]
-        k += 1
-    while k < hi and k < 16:
-        j = k - 12
-        if j == 0:
-            v = tpid >> 8
-        elif j == 1:
-            v = tpid
-        elif j == 2:
-            v = tci >> 8
-        else:
-            v = tci
-        buf[dst + k - lo] = np.uint8(v & 0xFF)
-        k += 1
-    if k < hi:
-        s = f + k - 4
-        d = dst + k - lo
-        for m in range(hi - k):
-            buf[d + m] = ring[s + m]
-
-
-@njit(cache=True)
-def finish_csum(buf, d, length, cs, co) -> bool:
-    """Complete a CHECKSUM_PARTIAL checksum in place: the kernel seeded the field at
-    cs+co with the pseudo-header sum; fold everything from cs to the end (what
-    skb_checksum_help does).  False when the offsets do not fit the frame."""
-    if cs < 14 or cs >= length or cs + co + 2 > length:
-        return False
-    c = checksum(buf, d + cs, length - cs, np.uint64(0))
-    if c == 0:
-        c = np.uint32(0xFFFF)  # CSUM_MANGLED_0: UDP must not send 0; TCP does not care
-    wr16(buf, d + cs + co, c)
-    return True
-
-
-@njit(cache=True)
 def segment_gso(
     ring, f, tagged, tpid, tci, length, kind, mss, vflags, cs,
     buf, meta, ts, slot, avail, total, rx_if, tsv, stats,
 ) -> int:  # fmt: skip
-    """Cut a GSO super-packet (TCP over IPv4/IPv6, or UDP GSO) into segments in slots
-    slot..; returns the slots used, 0 when it was dropped (counted), -1 when it needs
-    more than ``avail`` slots now.
-
-    Like the kernel's tcp_gso_segment / __udp_gso_segment: every segment carries the
-    headers; IPv4 total length, id (+1 per segment) and header checksum, IPv6 payload
-    length are rewritten; TCP: sequence +mss per segment, FIN/PSH on the last segment
-    only, CWR on the first only; UDP: length; the L4 checksum is computed in full.
-    """
-    d0 = slot * SLOT + HEADROOM
-    n0 = min(length, MAX_FRAME)
-    copy_tagged(ring, f, tagged, tpid, tci, 0, n0, buf, d0)
-    if n0 < 14 + 40 or mss <= 0:
-        stats[S_GSO_DROPPED] += 1
-        return 0
-    et = rd16(buf, d0 + 12)
-    l3 = 14
-    if et == 0x8100 or et == 0x88A8:
-        et = rd16(buf, d0 + 16)
-        l3 = 18
-    udp = kind == VNET_GSO_UDP_L4
-    proto = 17 if udp else 6
-    v4 = (kind == VNET_GSO_TCPV4 or udp) and et == 0x0800 and (buf[d0 + l3] >> 4) == 4
-    v6 = (kind == VNET_GSO_TCPV6 or udp) and et == 0x86DD and (buf[d0 + l3] >> 4) == 6
-    l4 = 0
-    if v4:
-        ihl = (buf[d0 + l3] & 15) * 4
-        if ihl >= 20 and buf[d0 + l3 + 9] == proto:
-            l4 = l3 + ihl
-    elif v6:
-        if (vflags & VNET_F_NEEDS_CSUM) and cs >= l3 + 40:
-            l4 = cs  # the kernel knows where L4 starts, extension headers included
-        elif buf[d0 + l3 + 6] == proto:
-            l4 = l3 + 40
-    if l4 == 0 or l4 + 20 > n0:
-        stats[S_GSO_DROPPED] += 1
-        return 0
-    thl = 8 if udp else (buf[d0 + l4 + 12] >> 4) * 4
-    hlen = l4 + thl
-    if thl < 8 or hlen >= length or hlen > n0:
-        stats[S_GSO_DROPPED] += 1
-        return 0
-    if hlen + mss > MAX_FRAME:
+    """Cut a super-packet into segments in slots slot.. (packet/gso.py); returns the
+    slots used, 0 when it was dropped (counted), -1 when it needs more than ``avail``
+    slots now."""
+    n, nbytes = segment(ring, f, tagged, tpid, tci, length, kind, mss, vflags, cs,
+                        buf, meta, ts, slot, avail, total, rx_if, tsv)
+    if n == GSO_WAIT:
+        return -1
+    if n == GSO_TOO_BIG:
         stats[S_TOO_LONG] += 1
         return 0
-    nseg = (length - hlen + mss - 1) // mss
-    if nseg > total:
+    if n <= 0:
         stats[S_GSO_DROPPED] += 1
         return 0
-    if nseg > avail:
-        return -1
-    seq0 = np.int64(rd32(buf, d0 + l4 + 4))
-    fl0 = np.int64(buf[d0 + l4 + 13])
-    id0 = np.int64(rd16(buf, d0 + l3 + 4))
-    co = 6 if udp else 16
-    nbytes = 0
-    # segment 0 already sits in slot 0 as the frame's prefix; the others copy its
-    # headers before they are rewritten, so segment 0 is fixed last
-    for k in range(nseg - 1, -1, -1):
-        s = slot + k
-        d = s * SLOT + HEADROOM
-        pstart = hlen + k * mss
-        plen = min(mss, length - pstart)
-        if k > 0:
-            for m in range(hlen):
-                buf[d + m] = buf[d0 + m]
-            copy_tagged(ring, f, tagged, tpid, tci, pstart, pstart + plen, buf, d + hlen)
-        l4len = thl + plen
-        if v4:
-            wr16(buf, d + l3 + 2, l4 - l3 + l4len)
-            wr16(buf, d + l3 + 4, (id0 + k) & 0xFFFF)
-            wr16(buf, d + l3 + 10, 0)
-            wr16(buf, d + l3 + 10, checksum(buf, d + l3, l4 - l3, np.uint64(0)))
-        else:
-            wr16(buf, d + l3 + 4, l4 - l3 - 40 + l4len)
-        if udp:
-            wr16(buf, d + l4 + 4, l4len)
-        else:
-            wr32(buf, d + l4 + 4, (seq0 + k * mss) & 0xFFFFFFFF)
-            fl = fl0
-            if k != nseg - 1:
-                fl &= ~0x09  # FIN, PSH
-            if k != 0:
-                fl &= ~0x80  # CWR
-            buf[d + l4 + 13] = np.uint8(fl & 0xFF)
-        wr16(buf, d + l4 + co, 0)
-        if v4:
-            acc = pseudo_header4(buf, d + l3, proto, l4len)
-        else:
-            acc = pseudo_header6(buf, d + l3, proto, l4len)
-        c = checksum(buf, d + l4, l4len, acc)
-        if c == 0 and udp:
-            c = np.uint32(0xFFFF)
-        wr16(buf, d + l4 + co, c)
-        reset_slot(meta, s, rx_if, hlen + plen)
-        ts[s] = tsv
-        nbytes += hlen + plen
     stats[S_GSO_SEGMENTED] += 1
-    stats[S_GSO_SEGMENTS] += nseg
-    stats[S_RX_PACKETS] += nseg
+    stats[S_GSO_SEGMENTS] += n
+    stats[S_RX_PACKETS] += n
     stats[S_RX_BYTES] += nbytes
-    return nseg
+    return n
+
+
+# jumbo slots of a batch (int64 [J_COLS]): GSO super-packets kept whole (see batch.py)
+J_USED = 0  # taken in this batch
+J_SLOTS = 1  # there are (0: cut every super-packet into segments on receive)
+J_BASE = 2  # offset of the first one in the batch buffer
+J_COLS = 3
+
+
+@njit(cache=True)
+def _jumbo_words(jumbo):
+    if jumbo is None:
+        return np.zeros(J_COLS, np.int64)  # no jumbo slots
+    return jumbo
+
+
+@njit(cache=True)
+def keep_whole(
+    src, f, tagged, tpid, tci, length, gso, mss, cs, co, buf, meta, ts, slot, rx_if, tsv,
+    stats, jumbo,
+) -> int:  # fmt: skip
+    """A GSO super-packet into a jumbo slot, whole, its checksum left partial: the graph
+    sees one packet (F_GSO, M_GSO, M_CSUM) and it leaves with its virtio-net header.
+    Offsets that do not fit the frame: dropped (counted)."""
+    if length > JUMBO_SLOT - HEADROOM or length < 14 + 40 or mss <= 0:
+        stats[S_GSO_DROPPED] += 1
+        return 0
+    d = jumbo[J_BASE] + jumbo[J_USED] * JUMBO_SLOT + HEADROOM
+    copy_tagged(src, f, tagged, tpid, tci, 0, length, buf, d)
+    et = rd16(buf, d + 12)
+    l3 = 18 if et == 0x8100 or et == 0x88A8 else 14
+    if cs < l3 + 20 or cs + co + 2 > length:
+        stats[S_BAD_VNET] += 1
+        return 0
+    jumbo[J_USED] += 1
+    reset_slot(meta, slot, rx_if, length)
+    meta[M_OFF, slot] = d
+    meta[M_FLAGS, slot] = F_GSO | F_CSUM_PARTIAL
+    meta[M_GSO, slot] = gso | (mss << 8)
+    meta[M_CSUM, slot] = (cs - l3) | (co << 16)
+    ts[slot] = tsv
+    stats[S_GSO_PASSED] += 1
+    stats[S_RX_PACKETS] += 1
+    stats[S_RX_BYTES] += length
+    return 1
 
 
 @njit(cache=True)
 def rx_frame_data(
     src, f, snaplen, wire, tagged, tci, tpid, pkttype, tsv, vnet,
-    buf, meta, ts, slot, avail, total, rx_if, stats,
+    buf, meta, ts, slot, avail, total, rx_if, stats, jumbo,
 ):  # fmt: skip
     """Move one received frame into slot.. ; returns the slots used (0: skipped or
     dropped, counted), or -1 when it must wait for the next batch.  Shared by both ring
@@ -383,6 +315,9 @@ def rx_frame_data(
         cs = np.int64(src[v + 6]) | (np.int64(src[v + 7]) << 8)
         co = np.int64(src[v + 8]) | (np.int64(src[v + 9]) << 8)
     if gso != VNET_GSO_NONE:
+        if jumbo[J_USED] < jumbo[J_SLOTS] and vflags & VNET_F_NEEDS_CSUM:
+            return keep_whole(src, f, tagged, tpid, tci, length, gso, mss, cs, co, buf, meta,
+                              ts, slot, rx_if, tsv, stats, jumbo)
         return segment_gso(
             src, f, tagged, tpid, tci, length, gso, mss, vflags, cs,
             buf, meta, ts, slot, avail, total, rx_if, tsv, stats,
@@ -407,6 +342,7 @@ def rx_frame_data(
 @njit(cache=True)
 def rx_frame3(
     ring8, ring16, ring32, h, limit, vnet, buf, meta, ts, slot, avail, total, rx_if, stats,
+    jumbo,
 ):  # fmt: skip
     """The frame whose tpacket3_hdr is at ring offset h (see :func:`rx_frame_data` for
     the result).  ``limit`` is the end of the block: nothing past it is read, whatever
@@ -426,37 +362,14 @@ def rx_frame3(
     tsv = np.int64(ring32[(h + H3_SEC) >> 2]) * 1_000_000_000 + np.int64(ring32[(h + H3_NSEC) >> 2])
     return rx_frame_data(
         ring8, f, snaplen, wire, tagged, tci, tpid, np.int64(ring8[h + H3_PKTTYPE]), tsv,
-        vnet, buf, meta, ts, slot, avail, total, rx_if, stats,
+        vnet, buf, meta, ts, slot, avail, total, rx_if, stats, jumbo,
     )  # fmt: skip
-
-
-@intrinsic
-def sock_recv(typingctx, fd, arr, n, flags):  # type: ignore[no-untyped-def]
-    """libc ``recv(fd, arr.ctypes.data, n, flags)``: the bytes received, or -1 (errno
-    not read).  The caller guarantees n <= arr.size."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8 and arr.layout == "C"):
-        return None
-    sig = types.int64(types.int64, arr, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a = context.make_array(signature.args[1])(context, builder, args[1])
-        i8p = ir.IntType(8).as_pointer()
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        fnty = ir.FunctionType(i64, [i32, i8p, i64, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "recv")
-        return builder.call(
-            fn,
-            [builder.trunc(args[0], i32), builder.bitcast(a.data, i8p), args[2],
-             builder.trunc(args[3], i32)],
-        )  # fmt: skip
-
-    return sig, codegen
 
 
 @njit(cache=True)
 def rx_frame2(
     ring8, ring16, ring32, h, frame_size, vnet, fd, copy, state,
-    buf, meta, ts, slot, avail, total, rx_if, stats,
+    buf, meta, ts, slot, avail, total, rx_if, stats, jumbo,
 ):  # fmt: skip
     """The frame whose tpacket2_hdr is at ring offset h, a frame of ``frame_size``
     bytes (see :func:`rx_frame_data` for the result).  A TP_STATUS_COPY frame is read
@@ -490,28 +403,30 @@ def rx_frame2(
         # a copy cut short by the buffer is shorter than tp_len: counted as truncated
         return rx_frame_data(
             copy, vhl, n - vhl, wire, tagged, tci, tpid, pkttype, tsv, vnet,
-            buf, meta, ts, slot, avail, total, rx_if, stats,
+            buf, meta, ts, slot, avail, total, rx_if, stats, jumbo,
         )  # fmt: skip
     if f + snaplen > h + frame_size or f - VNET_HDR_LEN < h + H2_HDRLEN:
         stats[S_RX_TRUNCATED] += 1
         return 0
     return rx_frame_data(
         ring8, f, snaplen, wire, tagged, tci, tpid, pkttype, tsv, vnet,
-        buf, meta, ts, slot, avail, total, rx_if, stats,
+        buf, meta, ts, slot, avail, total, rx_if, stats, jumbo,
     )  # fmt: skip
 
 
 @njit(cache=True)
 def rx_ring2_to_batch(
     ring8, ring16, ring32, state, nframes, frame_size, frames_per_block, block_size, vnet,
-    fd, copy, buf, meta, ts, start, max_packets, rx_if, stats,
+    fd, copy, buf, meta, ts, start, max_packets, rx_if, stats, jumbo=None,
 ) -> int:  # fmt: skip
     """TPACKET_V2: copy up to max_packets frames from the RX ring into slots start..;
     returns the slots filled.  Same contract as :func:`rx_ring_to_batch` (GSO segments
     may run on into the spare slots; a frame that does not fit waits for the next
     call), but each frame is handed over by the kernel as soon as it is written and
     goes back (TP_STATUS_KERNEL) as soon as it is consumed.  ``fd`` is the RX socket and
-    ``copy`` the buffer for TP_STATUS_COPY frames (see the module docstring)."""
+    ``copy`` the buffer for TP_STATUS_COPY frames (see the module docstring); ``jumbo``
+    (J_* words) lets GSO super-packets stay whole in the batch's jumbo slots."""
+    jw = _jumbo_words(jumbo)
     last = nframes - 1
     if (
         nframes <= 0 or frames_per_block <= 0 or frame_size < H2_HDRLEN + 32
@@ -546,7 +461,7 @@ def rx_ring2_to_batch(
         prefetch(ring8, hn + 128)
         used = rx_frame2(
             ring8, ring16, ring32, h, frame_size, vnet, fd, copy, state,
-            buf, meta, ts, slot, cap - slot, total, rx_if, stats,
+            buf, meta, ts, slot, cap - slot, total, rx_if, stats, jw,
         )  # fmt: skip
         if used < 0:
             break
@@ -561,14 +476,15 @@ def rx_ring2_to_batch(
 @njit(cache=True)
 def rx_ring_to_batch(
     ring8, ring16, ring32, state, nblocks, block_size, vnet,
-    buf, meta, ts, start, max_packets, rx_if, stats,
+    buf, meta, ts, start, max_packets, rx_if, stats, jumbo=None,
 ) -> int:  # fmt: skip
     """TPACKET_V3: copy up to max_packets frames from the RX ring into slots start..;
     returns the slots filled.  The segments of a GSO super-packet that starts within max_packets
     may run on into the batch's spare slots (up to its capacity), so a small
     max_packets never starves a big super-packet.  A block goes back to the kernel
     (TP_STATUS_KERNEL) once every frame in it is consumed; a block left half-read
-    resumes at the cursor in ``state``."""
+    resumes at the cursor in ``state``.  ``jumbo``: see rx_ring2_to_batch."""
+    jw = _jumbo_words(jumbo)
     cap = meta.shape[1]
     end = min(start + max_packets, cap)
     total = cap - start
@@ -589,7 +505,7 @@ def rx_ring_to_batch(
                 break
             used = rx_frame3(
                 ring8, ring16, ring32, h, base + block_size, vnet, buf, meta, ts, slot,
-                cap - slot, total, rx_if, stats,
+                cap - slot, total, rx_if, stats, jw,
             )  # fmt: skip
             if used < 0:
                 full = True
@@ -653,13 +569,43 @@ def batch_to_tx_ring(
 
 
 @njit(cache=True)
+def vnet_header(vh, n, buf, meta, i) -> None:
+    """Row n of ``vh`` (uint8 [., 16]): the virtio_net_hdr packet i leaves with. A GSO
+    super-packet kept whole says how to cut it and where its checksum goes (the kernel,
+    or the receiver, finishes them); anything else: zeros (complete, not GSO)."""
+    for w in range(VNET_HDR_LEN):
+        vh[n, w] = 0
+    f = meta[M_FLAGS, i]
+    if not f & F_GSO:
+        return
+    off = np.int64(meta[M_OFF, i])
+    gso = np.int64(meta[M_GSO, i])
+    kind = gso & 0xFF
+    l4 = np.int64(meta[M_L4, i])
+    thl = 8 if kind == VNET_GSO_UDP_L4 else (np.int64(buf[l4 + 12]) >> 4) * 4
+    hdr_len = l4 - off + thl
+    cs = np.int64(meta[M_L3, i]) - off + (np.int64(meta[M_CSUM, i]) & 0xFFFF)
+    co = np.int64(meta[M_CSUM, i]) >> 16
+    mss = gso >> 8
+    vh[n, 0] = VNET_F_NEEDS_CSUM if f & F_CSUM_PARTIAL else 0
+    vh[n, 1] = kind
+    vh[n, 2], vh[n, 3] = hdr_len & 0xFF, hdr_len >> 8
+    vh[n, 4], vh[n, 5] = mss & 0xFF, (mss >> 8) & 0xFF
+    vh[n, 6], vh[n, 7] = cs & 0xFF, cs >> 8
+    vh[n, 8], vh[n, 9] = co & 0xFF, co >> 8
+
+
+@njit(cache=True)
 def batch_to_mmsg(
-    mm, iov, mm_addr, iov_addr, buf, buf_addr, meta, index, start, count, stats
-) -> int:
-    """Fill struct mmsghdr / iovec arrays (one message, one iovec per frame, pointing into
-    the batch buffer) for frames index[start:count]; returns (messages filled, next start)."""
+    mm, iov, mm_addr, iov_addr, buf, buf_addr, meta, index, start, count, stats,
+    vh, vh_addr, vnet,
+) -> int:  # fmt: skip
+    """Fill struct mmsghdr / iovec arrays (one message per frame: its virtio_net_hdr
+    from ``vh`` when ``vnet``, then the frame in the batch buffer) for frames
+    index[start:count]; returns (messages filled, next start). ``iov`` has two rows per
+    message."""
     n = 0
-    cap = mm.shape[0]
+    cap = min(mm.shape[0], iov.shape[0] // 2, vh.shape[0])
     j = start
     while j < count and n < cap:
         i = index[j]
@@ -669,12 +615,18 @@ def batch_to_mmsg(
         if ln < 14 or off < 0 or off + ln > buf.shape[0]:
             stats[S_TX_TOO_LONG] += 1
             continue
-        iov[n, 0] = np.uint64(buf_addr) + np.uint64(off)
-        iov[n, 1] = np.uint64(ln)
+        v = 2 * n
         for w in range(8):
             mm[n, w] = np.uint64(0)
-        mm[n, 2] = np.uint64(iov_addr) + np.uint64(16 * n)  # msg_iov
-        mm[n, 3] = np.uint64(1)  # msg_iovlen
+        mm[n, 2] = np.uint64(iov_addr) + np.uint64(16 * v)  # msg_iov
+        if vnet:
+            vnet_header(vh, n, buf, meta, i)
+            iov[v, 0] = np.uint64(vh_addr) + np.uint64(16 * n)
+            iov[v, 1] = np.uint64(VNET_HDR_LEN)
+            v += 1
+        iov[v, 0] = np.uint64(buf_addr) + np.uint64(off)
+        iov[v, 1] = np.uint64(ln)
+        mm[n, 3] = np.uint64(v - 2 * n + 1)  # msg_iovlen
         stats[S_TX_BYTES] += ln
         n += 1
     return n, j
@@ -695,14 +647,17 @@ def send_ring(
 
 
 @njit(cache=True, nogil=True)
-def send_mmsg(fd, mm, iov, mm_addr, iov_addr, buf, buf_addr, meta, index, count, stats) -> int:
+def send_mmsg(
+    fd, mm, iov, mm_addr, iov_addr, buf, buf_addr, meta, index, count, stats, vh, vh_addr, vnet,
+) -> int:  # fmt: skip
     """sendmmsg mode: one sendmmsg(MSG_DONTWAIT) per ``mm`` rows of frames; what the
-    socket buffer refuses is dropped (counted), never waited for."""
+    socket buffer refuses is dropped (counted), never waited for. ``vnet``: the socket
+    has PACKET_VNET_HDR (GSO super-packets leave whole)."""
     sent = 0
     pos = 0
     while pos < count:
         n, pos_next = batch_to_mmsg(mm, iov, mm_addr, iov_addr, buf, buf_addr, meta, index,
-                                    pos, count, stats)
+                                    pos, count, stats, vh, vh_addr, vnet)
         if n == 0:
             break
         r = np.int64(libc_sendmmsg(np.int32(fd), addr(mm), np.uint32(n), np.int32(MSG_DONTWAIT)))

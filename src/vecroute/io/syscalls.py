@@ -30,6 +30,10 @@ libc_write = types.ExternalFunction(
     "write", types.int64(types.int32, types.voidptr, types.uint64)
 )
 libc_read = types.ExternalFunction("read", types.int64(types.int32, types.voidptr, types.uint64))
+# ssize_t recv(int fd, void *buf, size_t len, int flags)
+libc_recv = types.ExternalFunction(
+    "recv", types.int64(types.int32, types.voidptr, types.uint64, types.int32)
+)
 # int clock_gettime(clockid_t clk, struct timespec *tp)
 libc_clock_gettime = types.ExternalFunction(
     "clock_gettime", types.int32(types.int32, types.voidptr)
@@ -110,6 +114,13 @@ def clear_socket_error(fd: int, scratch: np.ndarray) -> None:
 def kick(fd: int) -> np.int64:
     """send(fd, NULL, 0, MSG_DONTWAIT): make the kernel transmit a TX ring's frames."""
     return libc_send(np.int32(fd), null(), np.uint64(0), np.int32(MSG_DONTWAIT))
+
+
+@njit(cache=True, nogil=True)
+def sock_recv(fd: int, arr: np.ndarray, n: int, flags: int) -> np.int64:
+    """recv(2) of at most ``n`` bytes (n <= arr.size, the caller's guarantee) into ``arr``:
+    the bytes received, or -1."""
+    return libc_recv(np.int32(fd), addr(arr), np.uint64(n), np.int32(flags))
 
 
 @njit(cache=True, nogil=True)

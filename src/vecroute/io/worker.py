@@ -28,10 +28,18 @@ from vecroute.firewall.states import state_capacity_limit
 from vecroute.graph.dispatch import Graph
 from vecroute.graph.state import OPT_LIVE, DataPlaneState
 from vecroute.io import worker_loop as L
-from vecroute.io.af_packet_ring import PD_COLS
+from vecroute.io.af_packet_ring import (
+    J_BASE,
+    J_COLS,
+    J_SLOTS,
+    PD_COLS,
+    PD_TX_MODE,
+    PD_TX_VNET,
+    TXM_MMSG,
+)
 from vecroute.io.channel import IH_COLS, PH_COLS, Ring, punt_policer
 from vecroute.io.syscalls import POLLIN
-from vecroute.packet.batch import PacketBatch
+from vecroute.packet.batch import SLOT, PacketBatch
 
 log = logging.getLogger("vecroute.worker")
 
@@ -40,6 +48,7 @@ INJECT_RING = 1024
 POLL_MS = 100  # the longest sleep: a stop or a time slice is noticed within it
 SLICE_NS = 1_000_000_000  # Python sees the worker at least this often
 SPIN_NS = 200_000  # adaptive: awake this long after the last packet
+JUMBO_SLOTS = 32  # GSO super-packets kept whole per batch (the rest are cut on receive)
 
 
 class DataPlaneWorker:
@@ -63,7 +72,16 @@ class DataPlaneWorker:
             raise ValueError(f"poll policy must be one of {', '.join(L.POLICIES)}, not {policy!r}")
         self.index = index
         self.socks = sockets
-        self.batch = PacketBatch(vector_size)
+        self.ports = (np.stack([s.loop_descriptor() for s in sockets]) if sockets
+                      else np.zeros((0, PD_COLS), np.int64))
+        # GSO super-packets stay whole when every port can send them with their
+        # virtio-net header (sendmmsg with PACKET_VNET_HDR); else they are cut on receive
+        whole = bool(sockets) and all(
+            d[PD_TX_MODE] == TXM_MMSG and d[PD_TX_VNET] for d in self.ports)
+        self.batch = PacketBatch(vector_size, jumbo=JUMBO_SLOTS if whole else 0)
+        self.jumbo = np.zeros(J_COLS, np.int64)
+        self.jumbo[J_SLOTS] = self.batch.jumbo
+        self.jumbo[J_BASE] = self.batch.capacity * SLOT
         state.opts[OPT_LIVE] = 1
         self.graph = Graph(state, self.batch, firewall)
         self.punt = Ring(punt_capacity, PH_COLS)
@@ -79,8 +97,6 @@ class DataPlaneWorker:
         self.ctl[L.W_POLL_MS] = POLL_MS
         self.ctl[L.W_SLICE_NS] = SLICE_NS
         self.ctl[L.W_VECTOR] = vector_size
-        self.ports = (np.stack([s.loop_descriptor() for s in sockets]) if sockets
-                      else np.zeros((0, PD_COLS), np.int64))
         self.pollfd = np.zeros((len(sockets) + 1, 2), np.int32)
         for p, s in enumerate(sockets):
             self.pollfd[p] = (s.fileno(), POLLIN)
@@ -88,7 +104,8 @@ class DataPlaneWorker:
         cap = self.batch.capacity
         self._txidx = np.zeros(cap, np.int32)
         self._mm = np.zeros((cap, 8), np.uint64)
-        self._iov = np.zeros((cap, 2), np.uint64)
+        self._iov = np.zeros((2 * cap, 2), np.uint64)
+        self._vh = np.zeros((cap, 16), np.uint8)
         self._scratch = (np.zeros(2, np.int64), np.zeros(1, np.uint64), np.ones(1, np.uint64))
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -188,6 +205,7 @@ class DataPlaneWorker:
             self.ctl, self.ports, self.pollfd, tsbuf, efd_scratch, self.wake_fd,
             b.buf, b.buf.ctypes.data, b.meta, b.ts, b.nalloc, frames, frame_n, work, txl, txn,
             self._txidx, self._mm, self._iov, self._mm.ctypes.data, self._iov.ctypes.data,
+            self._vh, self._vh.ctypes.data, self.jumbo,
             dp, fwt, fwk, fwv,
             self.punt.ctl, self.punt.hdr, self.punt.data, self.policer, self.punt_fd, one,
             self.inject.ctl, self.inject.hdr, self.inject.data,

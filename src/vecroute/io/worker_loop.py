@@ -71,7 +71,7 @@ RET_FW_GROW = 4
 
 
 @njit(cache=True, nogil=True)
-def _rx(port, buf, meta, ts, start, max_packets, rx_if) -> int:
+def _rx(port, buf, meta, ts, start, max_packets, rx_if, jumbo) -> int:
     """One port's RX ring into slots start.. (the ring rebuilt from its descriptor)."""
     stats = carray(i64_at(port[R.PD_STATS]), R.N_STATS)
     state = carray(i64_at(port[R.PD_RX_STATE]), R.N_RX_STATE)
@@ -86,18 +86,18 @@ def _rx(port, buf, meta, ts, start, max_packets, rx_if) -> int:
         return R.rx_ring2_to_batch(ring8, ring16, ring32, state, port[R.PD_RX_N],
                                    port[R.PD_RX_SIZE], port[R.PD_RX_FPB], port[R.PD_RX_BLOCK],
                                    vnet, port[R.PD_RX_FD], copy, buf, meta, ts, start,
-                                   max_packets, rx_if, stats)
+                                   max_packets, rx_if, stats, jumbo)
     return R.rx_ring_to_batch(ring8, ring16, ring32, state, port[R.PD_RX_N], port[R.PD_RX_SIZE],
-                              vnet, buf, meta, ts, start, max_packets, rx_if, stats)
+                              vnet, buf, meta, ts, start, max_packets, rx_if, stats, jumbo)
 
 
 @njit(cache=True, nogil=True)
-def _tx(port, buf, buf_addr, meta, idx, count, mm, iov, mm_addr, iov_addr) -> None:
+def _tx(port, buf, buf_addr, meta, idx, count, mm, iov, mm_addr, iov_addr, vh, vh_addr) -> None:
     stats = carray(i64_at(port[R.PD_STATS]), R.N_STATS)
     mode = port[R.PD_TX_MODE]
     if mode == R.TXM_MMSG:
         R.send_mmsg(port[R.PD_TX_FD], mm, iov, mm_addr, iov_addr, buf, buf_addr, meta, idx,
-                    count, stats)
+                    count, stats, vh, vh_addr, port[R.PD_TX_VNET] != 0)
     elif mode == R.TXM_RING:
         a = port[R.PD_TX_ADDR]
         nb = port[R.PD_TX_BYTES]
@@ -111,7 +111,7 @@ def _tx(port, buf, buf_addr, meta, idx, count, mm, iov, mm_addr, iov_addr) -> No
 def forward_loop(
     ctl, ports, pollfd, tsbuf, efd_scratch, wake_fd,
     buf, buf_addr, meta, ts, nalloc, frames, frame_n, work, txl, txn, txidx,
-    mm, iov, mm_addr, iov_addr,
+    mm, iov, mm_addr, iov_addr, vh, vh_addr, jumbo,
     dp, fw, fwk, fwv,
     punt_ctl, punt_hdr, punt_data, policer, punt_fd, punt_one,
     inj_ctl, inj_hdr, inj_data,
@@ -132,10 +132,11 @@ def forward_loop(
         ctl[W_HEARTBEAT] = now
         n = ring_to_batch(inj_ctl, inj_hdr, inj_data, buf, meta, ts, 0, vector,
                           clock_ns(tsbuf, CLOCK_REALTIME))
+        jumbo[R.J_USED] = 0  # the last batch has left: its jumbo slots are free
         for p in range(n_ports):
             if n >= vector:
                 break
-            n += _rx(ports[p], buf, meta, ts, n, vector - n, p)
+            n += _rx(ports[p], buf, meta, ts, n, vector - n, p, jumbo)
         if n == 0 and not reass_due(dp.reass_ctl, dp.reass_glob, now):
             if now - t_enter >= ctl[W_SLICE_NS]:
                 return RET_SLICE
@@ -170,7 +171,8 @@ def forward_loop(
                         txidx[c] = i
                         c += 1
                 if c:
-                    _tx(ports[p], buf, buf_addr, meta, txidx, c, mm, iov, mm_addr, iov_addr)
+                    _tx(ports[p], buf, buf_addr, meta, txidx, c, mm, iov, mm_addr, iov_addr, vh,
+                        vh_addr)
         if punts_to_ring(buf, meta, nalloc, dp.adj, dp.counters, policer, punt_ctl, punt_hdr,
                          punt_data, now):
             ctl[W_PUNTED] += 1

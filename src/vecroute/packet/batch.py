@@ -44,7 +44,9 @@ M_AUX2 = 13  # icmp-error: parameter (next-hop MTU, pointer)
 M_L4 = 14  # absolute offset of the upper-layer header (0 = unknown)
 M_PROTO = 15  # upper-layer protocol number (-1 = unknown)
 M_SEQ = 16  # order among packets generated from the same original
-N_META = 17
+M_GSO = 17  # F_GSO: virtio-net gso_type | gso_size << 8 (the segment payload size)
+M_CSUM = 18  # F_CSUM_PARTIAL: L4 checksum start from the L3 header | offset in L4 << 16
+N_META = 19
 
 # flags
 F_L2_MCAST = 1  # frame was sent to a broadcast/multicast MAC
@@ -59,17 +61,27 @@ F_FORCED_ADJ = 256  # adjacency already chosen (End.DX4/DX6): the lookup is skip
 F_FW_SKIP = 512  # not (again) through fw-out: it passed it, or the firewall/SRv6 made it
 F_ANSWER = 1024  # an ICMP error / TCP RST built in the slot of the packet it answers
 F_REDIRECT = 2048  # an ICMP redirect (a copy of a forwarded packet's header, then the error)
+F_GSO = 4096  # a GSO super-packet (in a jumbo slot): leaves whole, the kernel segments it
+F_CSUM_PARTIAL = 8192  # its L4 checksum holds only the pseudo-header sum (M_CSUM)
+
+# Jumbo slots: a batch may hold GSO super-packets whole (up to 64 KiB of IP) in slots of
+# their own after the ordinary ones; the packet's index is an ordinary one (its metadata),
+# only its bytes live there
+JUMBO_SLOT = HEADROOM + 65536 + 64
 
 
 class PacketBatch:
     """A vector of packets and their metadata; reused from batch to batch."""
 
-    def __init__(self, vector_size: int = VECTOR_SIZE, spare_factor: int = 4) -> None:
+    def __init__(
+        self, vector_size: int = VECTOR_SIZE, spare_factor: int = 4, jumbo: int = 0
+    ) -> None:
         self.vector_size = vector_size
         # +16: with a power-of-two capacity every metadata row starts 4 KiB apart and the
         # per-slot writes alias in the cache (measured 35 -> 9 ns per reset_slot)
         self.capacity = vector_size * spare_factor + 16
-        self.buf = np.zeros(self.capacity * SLOT, dtype=np.uint8)
+        self.jumbo = jumbo  # jumbo slots (GSO super-packets kept whole)
+        self.buf = np.zeros(self.capacity * SLOT + jumbo * JUMBO_SLOT, dtype=np.uint8)
         self.meta = np.zeros((N_META, self.capacity), dtype=np.int32)
         self.ts = np.zeros(self.capacity, dtype=np.int64)
         self.nalloc = np.zeros(1, dtype=np.int32)  # slots in use (received + generated)
@@ -118,6 +130,8 @@ def reset_slot(meta: np.ndarray, i: int, rx: int, length: int) -> None:
     meta[M_L4, i] = 0
     meta[M_PROTO, i] = -1
     meta[M_SEQ, i] = 0
+    meta[M_GSO, i] = 0
+    meta[M_CSUM, i] = 0
 
 
 @njit(cache=True)
@@ -147,6 +161,19 @@ def alloc_slot(meta: np.ndarray, nalloc: np.ndarray, orig: int, rx: int) -> int:
     return i
 
 
+@njit(cache=True, inline="always")
+def slot_region(meta: np.ndarray, i: int) -> tuple[int, int]:
+    """[start, end) of the bytes packet i may use: its slot, or its jumbo slot when its
+    bytes live past the ordinary slots (a GSO super-packet)."""
+    cap = np.int64(meta.shape[1]) * SLOT
+    off = np.int64(meta[M_OFF, i])
+    if off >= cap:
+        base = cap + ((off - cap) // JUMBO_SLOT) * JUMBO_SLOT
+        return base, base + JUMBO_SLOT
+    base = np.int64(i) * SLOT
+    return base, base + SLOT
+
+
 @njit(cache=True)
 def make_room(buf: np.ndarray, meta: np.ndarray, i: int, need: int, keep: int) -> int:
     """Make ``need`` bytes free in slot i in front of the L3 header before a node prepends
@@ -154,14 +181,14 @@ def make_room(buf: np.ndarray, meta: np.ndarray, i: int, need: int, keep: int) -
     quote). When the room is short the kept bytes move towards the end of the slot; the L2
     header in front of them is lost (the caller rebuilds what it needs). Returns the L3
     offset, or -1 when the packet cannot fit in its slot with that room (drop it)."""
-    base = np.int64(i) * SLOT
+    base, limit = slot_region(meta, i)
     l3 = np.int64(meta[M_L3, i])
     end = np.int64(meta[M_OFF, i]) + meta[M_LEN, i]
     ln = min(end - l3, np.int64(keep))
     if l3 - need >= base:
         return l3
     d = base + need - l3
-    if l3 + d + ln > base + SLOT:
+    if l3 + d + ln > limit:
         return -1
     copy_bytes(buf, l3 + d, buf, l3, ln)
     meta[M_OFF, i] = l3 + d
