@@ -9,6 +9,7 @@ should.
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 
@@ -188,3 +189,56 @@ def test_oversized_inject_record_is_refused():
     assert fwd.forward(0, lambda p, f: None)[0] == 0
     m = fwd.batch.meta
     assert int(m[M_LEN, 0]) >= 0 and int(m[M_RX, 0]) >= -1  # nothing was loaded
+
+
+def test_workers_get_frozen_copies_of_the_tables():
+    # the control plane changes its arrays in place (a learnt MAC) and grows them; what a
+    # worker reads must never change under it
+    rt = Router(base_config())
+    live = rt.fib.state()
+    frozen = live.frozen()
+    for name in ("adj", "adj_rw", "lb", "lb_buckets", "fib4_roots", "fib4_groups", "sr_cache"):
+        assert not np.shares_memory(getattr(frozen, name), getattr(live, name)), name
+    before = frozen.adj_rw.copy()
+    v = rt.fib.version
+    rt.fib.add_neighbor("192.0.2.3", b"\x02\x00\x00\x00\x77\x77", "eth1")
+    assert rt.fib.version > v  # the change is seen, so the router publishes a new copy
+    assert np.array_equal(frozen.adj_rw, before)
+    assert frozen.counters is live.counters  # runtime is not copied (with_runtime does it)
+
+
+def test_a_replaced_fib_is_freed_even_with_a_frozen_heap():
+    import gc
+    import weakref
+
+    rt = Router(base_config())
+    ref = weakref.ref(rt.fib)
+    gc.freeze()  # as the live router does: frozen cycles would never be collected
+    try:
+        rt.fib = None
+        rt.graph = rt.state = rt.firewall = None
+        assert ref() is None, gc.get_referrers(ref())
+    finally:
+        gc.unfreeze()
+
+
+NH = ipaddress.ip_address("192.0.2.3")
+
+
+def test_reload_keeps_what_the_neighbour_table_knows():
+    from vecroute.control.neighbors import NeighborTable
+    from vecroute.control.router import LiveRouter
+    from vecroute.graph.dataplane import build_dataplane
+
+    rt = Router(base_config())
+    lr = LiveRouter.__new__(LiveRouter)  # the control plane alone: no ports, no workers
+    lr.cfg, lr.fib, lr.workers, lr.loop, lr.config_path = rt.cfg, rt.fib, [], None, "x"
+    lr._published, lr._commit_pending, lr._outbox = None, False, {}
+    lr.neigh = NeighborTable(rt.fib, lambda ifx, f: None, lambda p, e=None: None)
+    mac = b"\x02\x00\x00\x00\x55\x66"
+    lr.neigh.learn(1, NH, mac, 0, create=True, confirmed=True)
+    new = build_dataplane(rt.cfg).fib  # built from the file: knows nothing of it
+    assert new.neighbors.get((1, NH)) is None
+    lr._install(rt.cfg, new, [])
+    assert lr.fib is new and lr.neigh.fib is new
+    assert new.neighbors[(1, NH)] == mac

@@ -192,6 +192,8 @@ def run(config: str, log_level: str) -> None:
     except OSError as e:
         _fail(f"cannot start: {e}")
     router.run()
+    if router.failed:  # a worker died: a supervisor should restart the router
+        sys.exit(1)
 
 
 @main.command()

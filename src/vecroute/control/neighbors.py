@@ -259,7 +259,12 @@ class NeighborTable:
             n = self.entries[(ifx, ip)] = Neighbor(ifx, ip, changed=now)
         if packet is not None:
             if n.mac is not None and n.state != INCOMPLETE:
-                self.reinject([packet])  # resolved meanwhile (state swap pending)
+                # resolved, yet the data path still asks: a swap is on its way, or the FIB
+                # was replaced without the neighbour. (Re)install it, so that the packet,
+                # sent back after the swap, cannot come back again
+                self.fib.add_neighbor(n.ip, n.mac, self.fib.interfaces[n.ifx].name)
+                self.changed = True
+                self.reinject([packet])
                 return
             if len(n.pending) >= self.t.queue_len:
                 n.pending.popleft()

@@ -37,7 +37,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from vecroute.control.config import Config, ConfigError, load_config
-from vecroute.control.neighbors import PERMANENT, NeighborTable
+from vecroute.control.neighbors import NeighborTable
 from vecroute.control.punts import IcmpError, Pending, decode_punts, inject_frame, inject_packets
 from vecroute.control.server import ControlServer
 from vecroute.fib.fib import Fib, RouteError
@@ -150,7 +150,8 @@ class LiveRouter:
         from vecroute.warmup import warm
 
         # no JIT pause on a first packet or ctl
-        log.info("kernels ready in %.1f s", warm(firewall=cfg.firewall is not None))
+        # the firewall variants too: a reload may add a [firewall] section
+        log.info("kernels ready in %.1f s", warm(firewall=True))
         self.macs = {itf.name: read_mac(itf.name) for itf in cfg.interfaces}
         if prepare_ports:
             for itf in cfg.interfaces:
@@ -166,7 +167,9 @@ class LiveRouter:
         self.neigh = NeighborTable(self.fib, self._send_frame, self._reinject)
         self.n_workers = cfg.router.workers
         self.workers: list[DataPlaneWorker] = []
-        tables = self.fib.state()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._published: tuple | None = None
+        tables = self._tables()
         group = (os.getpid() * 16) & 0xFFFF
         try:
             for k in range(self.n_workers):
@@ -183,9 +186,10 @@ class LiveRouter:
                 w.close()
             raise
         self.server = ControlServer(cfg.control.socket, self)
-        self.loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Future | None = None
         self._outbox: dict[int, list] = defaultdict(list)  # injections until the next flush
+        self._commit_pending = False
+        self.failed = False  # a worker died (the exit status says so)
         self._reloading = False
         self._reload_again = False
         self.stop = False
@@ -241,13 +245,30 @@ class LiveRouter:
         self.commit()
         return ok
 
+    def _tables(self) -> DataPlaneState:
+        """Frozen copies of the FIB's arrays, made again only after they changed: the
+        control plane goes on changing its own in place, the workers read these."""
+        p = self._published
+        if p is None or p[0] is not self.fib or p[1] != self.fib.version:
+            p = self._published = (self.fib, self.fib.version, self.fib.state().frozen())
+        return p[2]
+
     def commit(self) -> None:
-        """The FIB's current arrays to every worker (swapped in between two batches), then
-        what waited to be injected (so it meets the new tables)."""
-        tables = self.fib.state()
-        for w in self.workers:
-            w.swap(tables)
+        """Publish the FIB's changes to every worker (swapped in between two batches), then
+        what waited to be injected (so it meets the new tables). Changes made within one
+        turn of the event loop are published together: one copy, one swap."""
         self.neigh.changed = False
+        if self.loop is None or not self.loop.is_running():
+            self._publish()
+        elif not self._commit_pending:
+            self._commit_pending = True
+            self.loop.call_soon(self._publish)
+
+    def _publish(self) -> None:
+        self._commit_pending = False
+        tables = self._tables()
+        for w in self.workers:
+            w.swap(tables).add_done_callback(_log_failure)
         self._flush()
 
     def _on_worker(self, w: DataPlaneWorker, fn):
@@ -318,7 +339,10 @@ class LiveRouter:
             self._outbox[p.worker if p.worker < len(self.workers) else 0].append((p, error))
 
     def _flush(self) -> None:
-        """Push the injections gathered since the last flush and wake their workers."""
+        """Push the injections gathered since the last flush and wake their workers (after
+        the swap a pending commit will ask for: the packets must meet the new tables)."""
+        if self._commit_pending:
+            return  # _publish flushes
         outbox, self._outbox = self._outbox, defaultdict(list)
         for k, items in outbox.items():
             w = self.workers[k]
@@ -356,14 +380,13 @@ class LiveRouter:
 
     # -- reload -----------------------------------------------------------------------------
 
-    def _build(self, path: str, learnt: list[tuple]) -> tuple:
-        """A new configuration's tables, built aside (in a helper thread)."""
+    def _build(self, path: str) -> tuple:
+        """A new configuration's tables, built aside (in a helper thread); the neighbours
+        known by then are added when it is installed."""
         cfg = load_config(path)
         if [i.name for i in cfg.interfaces] != [i.name for i in self.cfg.interfaces]:
             raise ConfigError(f"{path}: interfaces changed; restart to apply")
         dp = build_dataplane(cfg, self.macs)
-        for ip, mac, ifname in learnt:  # keep what was learnt
-            dp.fib.add_neighbor(ip, mac, ifname)
         return cfg, dp.fib, [dp.firewall] + [dp.new_firewall() for _ in self.workers[1:]]
 
     async def _reload(self) -> None:
@@ -374,18 +397,13 @@ class LiveRouter:
         try:
             while True:
                 self._reload_again = False
-                learnt = [
-                    (str(n.ip), n.mac, self.cfg.interfaces[n.ifx].name)
-                    for n in self.neigh.entries.values()
-                    if n.mac is not None and n.state != PERMANENT
-                ]
                 # a full table is millions of objects: no collection pass while they are
                 # made (it would hold the GIL for a second, and a worker returning to
                 # Python would wait for it), then they are frozen out of later passes
                 gc.disable()
                 try:
                     cfg, fib, firewalls = await asyncio.get_running_loop().run_in_executor(
-                        None, self._build, self.config_path, learnt
+                        None, self._build, self.config_path
                     )
                 except (ConfigError, RouteError, OSError) as e:
                     log.error("reload failed, keeping the running configuration: %s", e)
@@ -400,12 +418,23 @@ class LiveRouter:
             self._reloading = False
 
     def _install(self, cfg: Config, fib: Fib, firewalls: list) -> None:
+        # what the neighbour table knows now (learnt while the new FIB was being built,
+        # added with ctl) goes into the new FIB: else its entries would say REACHABLE
+        # while the new adjacencies wait for a MAC nobody will ask for again
+        for n in list(self.neigh.entries.values()):
+            if n.mac is not None and n.ifx < len(cfg.interfaces):
+                try:
+                    fib.add_neighbor(n.ip, n.mac, cfg.interfaces[n.ifx].name)
+                except RouteError as e:
+                    log.warning("reload: neighbour %s not kept: %s", n.ip, e)
         self.cfg, self.fib = cfg, fib
         self.neigh.fib = fib
-        tables = fib.state()
+        self._commit_pending = False
+        tables = self._tables()
         for w, fw in zip(self.workers, firewalls, strict=True):
             # the firewall is rebuilt from the file: ctl changes and states are gone
-            w.call(lambda w, fw=fw: (w.graph.attach_firewall(fw), w.graph.swap_state(tables)))
+            w.call(lambda w, fw=fw: (w.graph.attach_firewall(fw), w.graph.swap_state(tables))
+                   ).add_done_callback(_log_failure)
         self.neigh.changed = False
         self._flush()
         log.info("reloaded %s: %d routes", self.config_path, len(fib.routes))
@@ -451,6 +480,7 @@ class LiveRouter:
             return
         # stop rather than forward with a hole in the fanout
         log.error("worker %d exited (%s); stopping", w.index, w.error)
+        self.failed = True
         self._request_stop()
 
     def close(self) -> None:
@@ -464,6 +494,12 @@ class LiveRouter:
             )
         self.server.close()
         log.info("vecroute stopped")
+
+
+def _log_failure(fut) -> None:
+    """A call a worker could not carry out (a swap, a reload's firewall): say so."""
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("a worker failed to apply a change: %s", fut.exception())
 
 
 def fw_report(fw: Firewall, argv: list[str], now: int):

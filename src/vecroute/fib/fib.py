@@ -43,14 +43,15 @@ class RouteError(ValueError):
     """A route or neighbour change that cannot be applied (one-line message)."""
 
 
-def _journaled(method):
-    """Record a successful change so that workers' FIB copies can replay it."""
+def _changes(method):
+    """A method that changes the tables: bump ``version`` (even when it fails half-way),
+    so that whoever publishes copies of the arrays knows they are out of date."""
 
     def wrapper(self, *args, **kwargs):
-        result = method(self, *args, **kwargs)
-        if self.journal is not None:
-            self.journal.append((method.__name__, args, kwargs))
-        return result
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.version += 1
 
     wrapper.__name__ = method.__name__
     wrapper.__doc__ = method.__doc__
@@ -95,7 +96,7 @@ class Fib:
         self.routes: dict[tuple[int, IPNetwork], Route] = {}
         self.neighbors: dict[tuple[int, IPAddress], bytes] = {}
         self.icmp_rate = (1000, 50)
-        self.journal: list[tuple] | None = None  # set by a router with several workers
+        self.version = 0  # bumped by every change of the tables (see _changes)
         from vecroute.srv6.tables import Srv6Tables
 
         self.srv6 = Srv6Tables(self)
@@ -202,7 +203,7 @@ class Fib:
             self.adjs.set_rewrite(a, mac, self.interfaces[ifx].mac)
         return a
 
-    @_journaled
+    @_changes
     def add_route(
         self,
         prefix: IPNetwork | str,
@@ -246,7 +247,7 @@ class Fib:
         self._install(route, lb)
         return route
 
-    @_journaled
+    @_changes
     def del_route(self, prefix: IPNetwork | str, table: int = 0) -> None:
         try:
             prefix = ipaddress.ip_network(prefix, strict=False)
@@ -271,9 +272,9 @@ class Fib:
         if self.routes.pop((table, prefix), None) is not None:
             self.lpm[prefix.version].delete(table, prefix)
 
-    @_journaled
+    @_changes
     def sr(self, op: str, *args, **kwargs):
-        """An SRv6 change (Srv6Tables method ``op``), journaled for the workers."""
+        """An SRv6 change (Srv6Tables method ``op``)."""
         from vecroute.srv6.tables import Srv6Error
 
         try:
@@ -283,7 +284,7 @@ class Fib:
 
     # -- neighbours -------------------------------------------------------------------------
 
-    @_journaled
+    @_changes
     def add_neighbor(self, ip: IPAddress | str, mac: bytes, ifname: str) -> None:
         """Set a neighbour's MAC: every adjacency to it becomes (or is rewritten as) a
         precomputed rewrite at once; an on-link host also gets a host route."""
@@ -298,7 +299,7 @@ class Fib:
         if on_link and (existing is None or existing.kind == "neighbor"):
             self._install(Route(host, itf.table, "neighbor", [(ifx, ip)]), self.lbs.get([a]))
 
-    @_journaled
+    @_changes
     def del_neighbor(self, ip: IPAddress | str, ifname: str) -> None:
         ip = ipaddress.ip_address(ip)
         ifx = self.interface_index(ifname)

@@ -286,10 +286,18 @@ COUNTERS: tuple[Counter, ...] = (
         "punt-queue-full", "punt", "drop", "the worker's punt ring to the control plane was full"
     ),
     Counter(
+        "punt-malformed",
+        "punt",
+        "drop",
+        "punt the control plane could not use: longer than an inject record (2032 bytes),"
+        " no valid next hop, or an unknown reason",
+    ),
+    Counter(
         "inject-queue-full",
         "control-plane",
         "drop",
-        "a worker's inject ring was full: a released packet or an ARP/ND answer not sent",
+        "a worker's inject ring was full (or the record longer than 2032 bytes): a released"
+        " packet or an ARP/ND answer not sent",
     ),
 )
 
@@ -377,6 +385,7 @@ C_ICMP_ERROR_NO_ROUTE = _c("icmp-error-no-route")
 C_PUNT = _c("punt")
 C_PUNT_POLICED = _c("punt-policed")
 C_PUNT_QUEUE_FULL = _c("punt-queue-full")
+C_PUNT_MALFORMED = _c("punt-malformed")
 C_INJECT_QUEUE_FULL = _c("inject-queue-full")
 C_FW_DENY = _c("fw-deny")
 C_FW_REJECT = _c("fw-reject")

@@ -259,6 +259,17 @@ class DataPlaneState:
         new.opts[OPT_FIB_GEN] = self.opts[OPT_FIB_GEN]
         return new
 
+    def frozen(self) -> DataPlaneState:
+        """A copy of the tables that nobody will ever change: what workers get. The
+        control plane keeps changing its own arrays in place (a learnt neighbour's MAC, a
+        trie entry) and growing them; a worker reading those while they change could
+        follow an index into a row its older, smaller arrays lack."""
+        kw = {name: getattr(self, name) for name in ROLES}
+        for name, role in ROLES.items():
+            if role != RUNTIME:
+                kw[name] = kw[name].copy()
+        return DataPlaneState(**kw)
+
     @staticmethod
     def summed(states: list[DataPlaneState]) -> DataPlaneState:
         """The first state's tables with every state's counters added up (``ctl show``

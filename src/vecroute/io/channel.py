@@ -43,7 +43,7 @@ from vecroute.graph.state import (
     TB_LAST,
     TB_RATE,
 )
-from vecroute.graph.token_bucket import take_token
+from vecroute.graph.token_bucket import NANO, has_token
 from vecroute.io.syscalls import fence
 from vecroute.packet.batch import (
     F_IP6,
@@ -68,6 +68,7 @@ from vecroute.packet.batch import (
 from vecroute.packet.headers import rd32
 
 REC_BYTES = 2048
+INJECT_MAX = SLOT - HEADROOM - 16  # the most an injected record may hold (2032 bytes)
 # ring control words (int64 [RING_CTL]); head and tail on separate cache lines
 R_HEAD = 0  # records published (producer)
 R_DROPS = 1  # records refused because the ring was full (producer)
@@ -102,13 +103,16 @@ IH_AUX = 7  # INJ_ERROR: icmp type << 8 | code
 IH_PORT = 8  # INJ_FRAME: the interface it leaves by
 IH_COLS = 9
 
-# punt policer (int64 [POLICE_ROWS, TB_COLS]): one bucket per reason, then per-destination
-# buckets hashed by (reason, interface, address); a collision only makes two keys share
+# punt policer (int64 [POLICE_ROWS, TB_COLS]): one bucket per reason and port (a flood on
+# one port cannot starve the ARP replies of another), then per-destination buckets hashed
+# by (reason, interface, address); a collision only makes two keys share one
 P_ARP = 0
 P_ND = 1
 P_PENDING = 2
+POLICE_PORTS = 64  # ports beyond share the last row
+POLICE_REASONS = 3 * POLICE_PORTS
 POLICE_KEYS = 1024
-POLICE_ROWS = 3 + POLICE_KEYS
+POLICE_ROWS = POLICE_REASONS + POLICE_KEYS
 #: defaults (rate per second, burst): per reason, then per destination (Linux queues
 #: unres_qlen = 101 packets per unresolved neighbour; VPP's punt policer works per reason)
 PUNT_RATES = {"arp": (2000, 512), "nd": (2000, 512), "pending": (2000, 512)}
@@ -146,7 +150,7 @@ class Ring:
     def push(self, header: tuple[int, ...], payload: bytes) -> bool:
         """Producer side from Python: False (counted in R_DROPS) when full or too long."""
         head = int(self.ctl[R_HEAD])
-        if head - int(self.ctl[R_TAIL]) >= self.capacity or len(payload) > REC_BYTES:
+        if head - int(self.ctl[R_TAIL]) >= self.capacity or len(payload) > INJECT_MAX:
             self.ctl[R_DROPS] += 1
             return False
         k = head % self.capacity
@@ -175,8 +179,9 @@ def punt_policer(rates: dict[str, tuple[int, int]] | None = None,
     rates = {**PUNT_RATES, **(rates or {})}
     pol = np.zeros((POLICE_ROWS, TB_COLS), np.int64)
     for row, name in ((P_ARP, "arp"), (P_ND, "nd"), (P_PENDING, "pending")):
-        pol[row, TB_RATE], pol[row, TB_BURST] = rates[name]
-    pol[3:, TB_RATE], pol[3:, TB_BURST] = key_rate
+        rows = slice(row * POLICE_PORTS, (row + 1) * POLICE_PORTS)
+        pol[rows, TB_RATE], pol[rows, TB_BURST] = rates[name]
+    pol[POLICE_REASONS:, TB_RATE], pol[POLICE_REASONS:, TB_BURST] = key_rate
     pol[:, TB_CREDIT] = pol[:, TB_BURST] * 1_000_000_000
     pol[:, TB_LAST] = -1
     return pol
@@ -202,13 +207,17 @@ def ring_publish(ctl) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _police(pol, row, k0, k1, k2, now) -> bool:
-    """Per reason, then per destination: both buckets must have a token."""
+def _police(pol, row, rx, k0, k1, k2, now) -> bool:
+    """Per reason and port, and per destination: both buckets must have a token, and
+    only then is one taken from each (a refused punt costs no bucket anything)."""
     h = mix64(np.uint64(k0) ^ mix64(np.uint64(k1) ^ mix64(np.uint64(k2) ^ np.uint64(row))))
-    key = 3 + np.int64(h & np.uint64(POLICE_KEYS - 1))
-    if not take_token(pol[key], now):
+    key = POLICE_REASONS + np.int64(h & np.uint64(POLICE_KEYS - 1))
+    reason = row * POLICE_PORTS + min(max(rx, 0), POLICE_PORTS - 1)
+    if not (has_token(pol[key], now) and has_token(pol[reason], now)):
         return False
-    return take_token(pol[row], now)
+    pol[key, TB_CREDIT] -= NANO
+    pol[reason, TB_CREDIT] -= NANO
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -238,6 +247,7 @@ def punts_to_ring(buf, meta, nalloc, adj, counters, pol, ctl, hdr, data, now) ->
             off = l3
             ip6 = (meta[M_FLAGS, i] & F_IP6) != 0
             if a < 0 or a >= adj.shape[0] or ln < (40 if ip6 else 20):
+                counters[C.C_PUNT_MALFORMED] += 1
                 continue
             nh_if = np.int64(adj[a, A_IF])
             if adj[a, A_TYPE] == ADJ_GLEAN:  # the destination itself
@@ -268,11 +278,12 @@ def punts_to_ring(buf, meta, nalloc, adj, counters, pol, ctl, hdr, data, now) ->
             k1 = (np.int64(rd32(buf, off + 30)) << 32) | np.int64(rd32(buf, off + 34)) \
                 if ln >= 54 else 0
         else:
+            counters[C.C_PUNT_MALFORMED] += 1  # a reason the control plane has no use for
             continue
-        if ln > REC_BYTES or ln < 0:
-            counters[C.C_PUNT_QUEUE_FULL] += 1
+        if ln > INJECT_MAX or ln < 0:  # it could never come back through the inject ring
+            counters[C.C_PUNT_MALFORMED] += 1
             continue
-        if not _police(pol, row, k0, k1, rx * 8 + (nh_if + 1), now):
+        if not _police(pol, row, rx, k0, k1, rx * 8 + (nh_if + 1), now):
             counters[C.C_PUNT_POLICED] += 1
             ctl[R_POLICED] += 1
             continue
@@ -316,7 +327,7 @@ def ring_to_batch(ctl, hdr, data, buf, meta, ts, start, max_packets, tsv) -> int
         kind = h[IH_KIND]
         ln = h[IH_LEN]
         slot = start + n
-        if ln < 1 or ln > SLOT - HEADROOM - 16 or ln > REC_BYTES:
+        if ln < 1 or ln > INJECT_MAX:
             fence()
             ctl[R_TAIL] = tail + 1
             continue

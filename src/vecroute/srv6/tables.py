@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -90,7 +91,10 @@ def outer_header(segments: list[ipaddress.IPv6Address], source: ipaddress.IPv6Ad
 
 class Srv6Tables:
     def __init__(self, fib: Fib) -> None:
-        self.fib = fib
+        # a proxy, not a reference: the FIB owns these tables, and a cycle between the two
+        # would keep every replaced FIB alive (the live router freezes its heap against
+        # garbage-collector passes: frozen cycles are never collected)
+        self.fib = weakref.proxy(fib)
         self.encap_source: ipaddress.IPv6Address | None = None
         self.localsids: dict[tuple[int, ipaddress.IPv6Network], LocalSid] = {}
         self.policies: dict[ipaddress.IPv6Address, Policy] = {}
