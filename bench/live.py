@@ -5,7 +5,7 @@
                          [--ping-count N] [--light-pps PPS] [--sample N] [--nice N]
                          [--json] [--save PATH]
 
-Needs root, iproute2 (ip, tc; a kernel with cls_bpf), trafgen (Debian netsniff-ng), ping,
+Needs root, iproute2 (ip, tc; a kernel with cls_bpf), trafgen (Debian netsniff-ng), ping, ethtool,
 tcpdump, taskset.
 
 Topology (vecroute.lab.build, fresh for every run, removed afterwards by Lab):
