@@ -144,3 +144,23 @@ def test_show_views_and_clear(r):
     r.graph.state.counters[0] = 5
     execute(r, ["clear", "counters"])
     assert int(r.graph.state.counters.sum()) == 0
+
+
+@pytest.mark.parametrize("weight", ["0", "65", "99999999999999"])
+def test_route_weight_out_of_range_is_one_error_and_changes_nothing(r, weight):
+    # weight 0 left a load-balance without buckets (the data path divides by their
+    # number); a huge one allocated its buckets before being refused
+    before = dict(r.fib.routes)
+    with pytest.raises(CommandError) as e:
+        execute(r, f"route add 203.0.113.0/24 via 192.0.2.1 weight {weight}".split())
+    assert "weight" in str(e.value) and "\n" not in str(e.value)
+    assert r.fib.routes == before
+
+
+@pytest.mark.parametrize("weights", [[0], [0, 0], [10**12], [40, 40], [1.5]])
+def test_fib_refuses_bad_weights_before_building(r, weights):
+    from vecroute.fib.fib import RouteError
+
+    via = [ipaddress.ip_address(f"192.0.2.{k + 1}") for k in range(len(weights))]
+    with pytest.raises(RouteError, match="weights"):
+        r.fib.add_route(ipaddress.ip_network("203.0.113.0/24"), via=via, weights=weights)

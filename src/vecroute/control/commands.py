@@ -24,6 +24,7 @@ from vecroute.control.show import (
     routes_view,
     runtime_view,
 )
+from vecroute.fib.adjacency import MAX_BUCKETS
 from vecroute.fib.fib import Fib, RouteError
 
 
@@ -189,7 +190,10 @@ def _route(r: RouterControl, argv: list[str]) -> Reply:
         elif w == "table":
             table = _int(rest[1], "table")
         elif w == "weight":
-            weights.append(_int(rest[1], "weight"))
+            weight = _int(rest[1], "weight")
+            if not 1 <= weight <= MAX_BUCKETS:
+                raise CommandError(f"weight {rest[1]!r}: expected 1..{MAX_BUCKETS}")
+            weights.append(weight)
         else:
             raise CommandError(f"unexpected word {w!r} (expected via, dev, table, weight)")
         rest = rest[2:]
