@@ -133,7 +133,7 @@ class DataPlaneWorker:
         fut: Future = Future()
         self._calls.put((fn, fut))
         self.ctl[L.W_REQ] += 1  # only the control plane writes it
-        self._wake()
+        self.wake()
         return fut
 
     def swap(self, state: DataPlaneState) -> Future:
@@ -143,7 +143,7 @@ class DataPlaneWorker:
     def request_stop(self) -> None:
         """Leave the loop at the next pass (stop() also waits for the thread)."""
         self.ctl[L.W_STOP] = 1
-        self._wake()
+        self.wake()
 
     def stop(self, timeout: float = 5.0) -> None:
         self.request_stop()
@@ -152,6 +152,9 @@ class DataPlaneWorker:
 
     def close(self) -> None:
         self.stop()
+        if self.alive():  # its loop may still walk the rings: unmapping them would crash it
+            log.error("worker %d did not stop; its rings are left mapped", self.index)
+            return
         for s in self.socks:
             s.close()
         for fd in (self.punt_fd, self.wake_fd):
@@ -160,10 +163,6 @@ class DataPlaneWorker:
             except OSError:
                 pass
 
-    def wake(self) -> None:
-        """Interrupt the loop's sleep (injections are waiting)."""
-        self._wake()
-
     def drain_punt_signal(self) -> None:
         """Reset the punt eventfd (the control plane then empties the punt ring)."""
         try:
@@ -171,7 +170,8 @@ class DataPlaneWorker:
         except BlockingIOError:
             pass
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Interrupt the loop's sleep (a call, a stop, injections are waiting)."""
         try:
             os.eventfd_write(self.wake_fd, 1)
         except OSError:
