@@ -14,7 +14,7 @@ from scapy.all import (
     IPv6,
 )
 
-from vecroute.control.config import parse_config
+from vecroute.control.config import NeighborSettings, parse_config
 from vecroute.control.neighbors import (
     FAILED,
     INCOMPLETE,
@@ -23,7 +23,6 @@ from vecroute.control.neighbors import (
     REACHABLE,
     STALE,
     NeighborTable,
-    Timers,
 )
 from vecroute.fib.adjacency import AdjKey
 from vecroute.fib.fib import Fib
@@ -68,7 +67,9 @@ def env(answered):
         else:
             answered.extend((p, error) for p in packets)
 
-    table = NeighborTable(fib, lambda ifx, f: sent.append((ifx, f)), reinject, Timers(queue_len=3))
+    table = NeighborTable(
+        fib, lambda ifx, f: sent.append((ifx, f)), reinject, NeighborSettings(queue_len=3)
+    )
     return fib, table, sent, injected
 
 

@@ -52,6 +52,61 @@ class NeighborConfig:
     interface: str
 
 
+MS = 1_000_000  # nanoseconds
+
+
+@dataclass
+class NeighborSettings:
+    """``[neighbor_table]``: ARP/ND timers (Linux's defaults) and the limits that bound
+    what hosts on a port can make the router remember (Linux gc_thresh1/2/3, unres_qlen).
+    Times are nanoseconds here, milliseconds in the file."""
+
+    reachable_ns: int = 30_000 * MS  # base_reachable_time
+    delay_first_probe_ns: int = 5_000 * MS
+    retrans_ns: int = 1_000 * MS
+    max_probes: int = 3  # ucast_solicit / mcast_solicit
+    failed_hold_ns: int = 20_000 * MS  # how long a failed entry is remembered
+    queue_len: int = 100  # packets held per unresolved neighbour (unres_qlen)
+    queue_total: int = 4096  # packets held for all unresolved neighbours together
+    gc_thresh1: int = 128  # per family: below this, nothing is collected
+    gc_thresh2: int = 512  # per family: above this, a forced collection every 5 s at most
+    gc_thresh3: int = 1024  # per family: the hard limit
+    per_interface: int = 512  # per family and interface: one port cannot fill the table
+    gc_stale_ns: int = 60_000 * MS  # unused this long (and above gc_thresh1): collected
+    probe_rate: int = 1000  # ARP requests / NS sent per second, all neighbours together
+    probe_burst: int = 200
+
+
+# (key in the file, attribute, low, high, scale): every limit checked, in one place
+_NEIGHBOR_KEYS = (
+    ("reachable_time_ms", "reachable_ns", 1_000, 3_600_000, MS),
+    ("delay_first_probe_ms", "delay_first_probe_ns", 100, 60_000, MS),
+    ("retrans_time_ms", "retrans_ns", 100, 60_000, MS),
+    ("max_probes", "max_probes", 1, 20, 1),
+    ("failed_hold_ms", "failed_hold_ns", 0, 3_600_000, MS),
+    ("queue_len", "queue_len", 0, 10_000, 1),
+    ("queue_total", "queue_total", 0, 1_000_000, 1),
+    ("gc_thresh1", "gc_thresh1", 0, 1_000_000, 1),
+    ("gc_thresh2", "gc_thresh2", 1, 1_000_000, 1),
+    ("gc_thresh3", "gc_thresh3", 1, 1_000_000, 1),
+    ("per_interface", "per_interface", 1, 1_000_000, 1),
+    ("gc_stale_time_ms", "gc_stale_ns", 1_000, 86_400_000, MS),
+    ("probe_rate", "probe_rate", 1, 1_000_000, 1),
+    ("probe_burst", "probe_burst", 1, 1_000_000, 1),
+)
+
+
+def _neighbor_settings(path: str, table: Any) -> NeighborSettings:
+    r = _Reader(path, "neighbor_table", table, {k[0] for k in _NEIGHBOR_KEYS})
+    st = NeighborSettings()
+    for key, attr, lo, hi, scale in _NEIGHBOR_KEYS:
+        default = getattr(st, attr) // scale
+        setattr(st, attr, r.int_range(key, default, lo, hi) * scale)
+    if not st.gc_thresh1 <= st.gc_thresh2 <= st.gc_thresh3:
+        raise r.err("gc_thresh2", "needs gc_thresh1 <= gc_thresh2 <= gc_thresh3")
+    return st
+
+
 @dataclass
 class IcmpConfig:
     rate: int = 1000  # errors per second (Linux net.ipv4.icmp_msgs_per_sec)
@@ -78,6 +133,7 @@ class Config:
     interfaces: list[InterfaceConfig]
     routes: list[RouteConfig] = field(default_factory=list)
     neighbors: list[NeighborConfig] = field(default_factory=list)
+    neighbor_table: NeighborSettings = field(default_factory=NeighborSettings)
     icmp: IcmpConfig = field(default_factory=IcmpConfig)
     router: RouterConfig = field(default_factory=RouterConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
@@ -163,7 +219,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         path,
         "<top>",
         data,
-        {"interfaces", "routes", "neighbors", "icmp", "router", "control", "firewall", "srv6"},
+        {"interfaces", "routes", "neighbors", "neighbor_table", "icmp", "router", "control",
+         "firewall", "srv6"},
     )
     _ = top
     interfaces: list[InterfaceConfig] = []
@@ -274,7 +331,9 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         base = Path(path).parent if path != "<config>" else Path(".")
         firewall = parse_firewall_config(data["firewall"], path, base)
         firewall.check_interfaces([i.name for i in interfaces])
-    return Config(path, interfaces, routes, neighbors, icmp, router, control, data, firewall)
+    settings = _neighbor_settings(path, data.get("neighbor_table", {}))
+    return Config(path, interfaces, routes, neighbors, settings, icmp, router, control, data,
+                  firewall)
 
 
 def load_config(path: str | Path) -> Config:

@@ -9,20 +9,38 @@ node instead, which answers each with address / host unreachable (RFC 4861 7.2.2
 changed MAC rewrites every adjacency of the neighbour at once (Fib.add_neighbor), and the
 router swaps the new state in. Invalid NS/NA (RFC 4861 7.1.1, 7.1.2) are ignored and
 counted by reason.
+
+Any host on a port can make the router create entries (an ARP request or an NS for one of
+its addresses, from a new source), so everything here is bounded as Linux bounds it
+(``[neighbor_table]``, NeighborSettings): gc_thresh1/2/3 per family, a per-interface share,
+a per-neighbour and a total packet queue, a probe budget. A full table first collects what
+nobody routes through (failed entries, then entries not confirmed for 5 s, oldest first);
+when everything is fresh it refuses the new entry (counted) but still answers the host.
+The next hop of a route always gets an entry: any unused one makes room. Timers sit in a
+heap, so a tick costs what is due, not the size of the table; collection scans are
+bounded. A removed entry frees its host route, load-balance and adjacency (Fib reference
+counts), so nothing a host makes the router create outlives the entry.
+
+Entries come from three places: the configuration (removed when a reload drops them), the
+operator (``ctl neighbor add``, kept across reloads) and the wire; ``adopt`` carries the
+table across a reload into the new FIB.
 """
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 
 from vecroute.control import neighbor_packets as P
-from vecroute.control.config import format_mac
+from vecroute.control.config import NeighborConfig, NeighborSettings, format_mac
 from vecroute.control.punts import ADDRESS_UNREACHABLE, IcmpError, Pending
-from vecroute.fib.fib import Fib
+from vecroute.fib.fib import Fib, RouteError
+from vecroute.packet.batch import F_REINJECTED
 
 log = logging.getLogger("vecroute.neighbors")
 
@@ -34,18 +52,17 @@ INCOMPLETE, REACHABLE, STALE, PROBE, FAILED, PERMANENT = (
     "failed",
     "permanent",
 )
+CONFIG, OPERATOR, LEARNT = "config", "ctl", "learnt"  # where an entry came from
 
 NANO = 1_000_000_000
-
-
-@dataclass
-class Timers:
-    reachable_ns: int = 30 * NANO  # Linux base_reachable_time
-    delay_first_probe_ns: int = 5 * NANO
-    retrans_ns: int = 1 * NANO
-    max_probes: int = 3  # ucast_solicit / mcast_solicit
-    queue_len: int = 100  # packets held per unresolved neighbour (unres_qlen)
-    failed_hold_ns: int = 20 * NANO  # how long a failed entry is remembered
+FRESH_NS = 5 * NANO  # Linux neigh_forced_gc: entries updated this recently are kept
+FORCED_GC_EVERY_NS = 5 * NANO  # above gc_thresh2 (at gc_thresh3: every FULL_GC_EVERY_NS)
+FULL_GC_EVERY_NS = NANO // 10  # a flood cannot make every refused entry pay for a scan
+GC_SCAN = 256  # entries one collection looks at, at most
+PERIODIC_SCAN = 64  # entries one tick's collection looks at, at most
+TIMERS_PER_TICK = 4096  # due timers one tick handles (the rest: next tick)
+DEFER_NS = NANO // 10  # a probe the budget refused is tried again this much later
+NEVER = -(2**62)
 
 
 @dataclass
@@ -59,6 +76,9 @@ class Neighbor:
     next_probe: int = 0
     router: bool = False
     pending: deque = field(default_factory=deque)
+    origin: str = LEARNT
+    updated: int = 0  # last time the neighbour was heard from (collection order)
+    due: int | None = None  # its timer in the heap (None: none)
 
 
 @dataclass
@@ -68,11 +88,34 @@ class NeighborStats:
     learnt: int = 0
     mac_changes: int = 0
     queued: int = 0
-    queue_drops: int = 0  # queue overflow (unres_qlen): the oldest packet dropped unanswered
+    queue_drops: int = 0  # a queue full (unres_qlen, queue_total): the packet dropped unanswered
     resolution_failed: int = 0  # its queued packets are answered (counter neighbor-failed)
     arp_not_for_us: int = 0  # requests for other hosts: merged if the sender is known
     ignored: int = 0  # every message not acted on, the invalid ND below included
+    table_full: int = 0  # an entry refused: gc_thresh3 or per_interface reached, all fresh
+    collected: int = 0  # entries removed to make room or because unused (gc)
+    not_on_link: int = 0  # a solicitation from a source outside the port's subnets: no entry
+    probes_deferred: int = 0  # a request the probe budget held back (sent later)
+    reinject_loops: int = 0  # a re-injected packet punted again: dropped, not queued again
     invalid_nd: dict[str, int] = field(default_factory=dict)  # RFC 4861 7.1 check -> count
+
+
+STAT_FIELDS = (
+    "requests_sent",
+    "replies_sent",
+    "learnt",
+    "mac_changes",
+    "queued",
+    "queue_drops",
+    "resolution_failed",
+    "arp_not_for_us",
+    "ignored",
+    "table_full",
+    "collected",
+    "not_on_link",
+    "probes_deferred",
+    "reinject_loops",
+)
 
 
 class NeighborTable:
@@ -83,18 +126,153 @@ class NeighborTable:
         fib: Fib,
         send: Callable[[int, bytes], None],
         reinject: Callable[[list[Pending], IcmpError | None], None],
-        timers: Timers | None = None,
+        settings: NeighborSettings | None = None,
     ) -> None:
         self.fib = fib
         self.send = send  # (ifx, frame)
         # (packets, None): forward them; (packets, error): answer them (Forwarder.reinject)
         self.reinject = reinject
-        self.t = timers or Timers()
+        self.t = settings or NeighborSettings()
         self.entries: dict[tuple[int, object], Neighbor] = {}
+        # entries that may be collected (not permanent), least recently heard from first
+        self._lru: dict[int, OrderedDict] = {4: OrderedDict(), 6: OrderedDict()}
+        self._per_if: dict[tuple[int, int], int] = {}  # (family, ifx) -> entries
+        self._heap: list[tuple[int, int, tuple]] = []
+        self._seq = 0
+        self._queued = 0  # packets in every queue together
+        self._tokens = float(self.t.probe_burst)
+        self._tokens_at = NEVER
+        self._last_gc = {4: NEVER, 6: NEVER}
+        self._warned = NEVER
         self.stats = NeighborStats()
         self.changed = False  # the FIB's adjacencies changed: the router swaps state
         for (ifx, ip), mac in fib.neighbors.items():
-            self.entries[(ifx, ip)] = Neighbor(ifx, ip, mac, PERMANENT)
+            self._add(Neighbor(ifx, ip, mac, PERMANENT, origin=CONFIG))
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def count(self, family: int) -> int:
+        """Entries of one family that count against gc_thresh1/2/3: all but permanent
+        ones (as in Linux since 4.19, the operator's entries are not limited)."""
+        return len(self._lru[family])
+
+    def _add(self, n: Neighbor) -> Neighbor:
+        key = (n.ifx, n.ip)
+        self.entries[key] = n
+        if n.state != PERMANENT:
+            self._lru[n.ip.version][key] = None
+            k = (n.ip.version, n.ifx)
+            self._per_if[k] = self._per_if.get(k, 0) + 1
+        return n
+
+    def _unlimit(self, n: Neighbor) -> None:
+        """Out of the collection order and the limits (removed, or made permanent)."""
+        lru, key = self._lru[n.ip.version], (n.ifx, n.ip)
+        if key in lru:
+            del lru[key]
+            self._per_if[(n.ip.version, n.ifx)] -= 1
+
+    def _remove(self, n: Neighbor) -> None:
+        """Forget an entry everywhere: its queue (dropped, counted), its FIB state."""
+        key = (n.ifx, n.ip)
+        if self.entries.pop(key, None) is None:
+            return
+        self._unlimit(n)
+        if n.pending:
+            self.stats.queue_drops += len(n.pending)
+            self._queued -= len(n.pending)
+            n.pending.clear()
+        n.due = None
+        if n.mac is not None or (n.ifx, n.ip) in self.fib.neighbors:
+            try:
+                self.fib.del_neighbor(n.ip, self.fib.interfaces[n.ifx].name)
+            except (RouteError, IndexError):
+                pass
+            self.changed = True
+
+    def _heard(self, n: Neighbor, now: int) -> None:
+        n.updated = now
+        lru = self._lru[n.ip.version]
+        key = (n.ifx, n.ip)
+        if key in lru:
+            lru.move_to_end(key)
+
+    def _deadline(self, n: Neighbor) -> int | None:
+        if n.state in (INCOMPLETE, PROBE):
+            return n.next_probe if n.probes or n.next_probe else None
+        if n.state == REACHABLE:
+            return n.changed + self.t.reachable_ns
+        if n.state == STALE:
+            return n.changed + self.t.delay_first_probe_ns
+        if n.state == FAILED:
+            return n.changed + self.t.failed_hold_ns
+        return None
+
+    def _schedule(self, n: Neighbor) -> None:
+        due = self._deadline(n)
+        if due == n.due:
+            return
+        n.due = due
+        if due is not None:
+            self._seq += 1
+            heapq.heappush(self._heap, (due, self._seq, (n.ifx, n.ip)))
+
+    def _collectable(self, n: Neighbor) -> bool:
+        return n.state != PERMANENT and not self.fib.neighbor_in_use(n.ip, n.ifx)
+
+    def _collect(self, family: int, now: int, ifx: int | None, force: bool) -> None:
+        """Linux neigh_forced_gc: from the least recently heard, remove unused entries
+        that failed or were not heard from for FRESH_NS (``force``: any unused one), down
+        to gc_thresh2 (or below the interface's share); a bounded scan."""
+        target = self.t.gc_thresh2
+        for key in list(islice(self._lru[family], GC_SCAN)):
+            n = self.entries[key]
+            if ifx is not None:
+                if n.ifx != ifx:
+                    continue
+                if self._per_if.get((family, ifx), 0) < self.t.per_interface:
+                    return
+            elif self.count(family) <= target and not force:
+                return
+            if not self._collectable(n):
+                continue
+            if force or n.state == FAILED or now - n.updated >= FRESH_NS:
+                self._remove(n)
+                self.stats.collected += 1
+                if force:
+                    return
+
+    def _room(self, ifx: int, family: int, now: int, needed: bool) -> bool:
+        """Whether a new entry may be created, collecting first if the table is full."""
+        count = self.count(family)
+        per_if = self._per_if.get((family, ifx), 0)
+        full = count >= self.t.gc_thresh3 or per_if >= self.t.per_interface
+        every = FULL_GC_EVERY_NS if full else FORCED_GC_EVERY_NS
+        if (full or count >= self.t.gc_thresh2) and now - self._last_gc[family] >= every:
+            self._last_gc[family] = now
+            self._collect(family, now, None, False)
+            if self._per_if.get((family, ifx), 0) >= self.t.per_interface:
+                self._collect(family, now, ifx, False)
+        for _ in range(2):
+            if (self.count(family) < self.t.gc_thresh3
+                    and self._per_if.get((family, ifx), 0) < self.t.per_interface):
+                return True
+            if not needed:
+                break
+            # a route's next hop: any entry nobody routes through makes room
+            over_if = self._per_if.get((family, ifx), 0) >= self.t.per_interface
+            self._collect(family, now, ifx if over_if else None, True)
+        self.stats.table_full += 1
+        if now - self._warned >= 10 * NANO:
+            self._warned = now
+            log.warning("neighbour table overflow (IPv%d, %s): %d entries; new ones refused",
+                        family, self.fib.interfaces[ifx].name, self.count(family))
+        return False
+
+    def _create(self, ifx: int, ip, now: int, needed: bool = False) -> Neighbor | None:
+        if not self._room(ifx, ip.version, now, needed):
+            return None
+        return self._add(Neighbor(ifx, ip, changed=now, updated=now))
 
     # -- addresses of our interfaces -------------------------------------------------------
 
@@ -103,6 +281,17 @@ class NeighborTable:
         if ip.version == 6 and ip == itf.link_local:
             return True
         return any(a.ip == ip for a in itf.addresses)
+
+    def _on_link(self, ifx: int, ip) -> bool:
+        """Whether ``ip`` can be a neighbour on ``ifx`` (a connected subnet, IPv6
+        link-local): an entry for anything else would route nothing."""
+        if ip.version == 6 and ip.is_link_local:
+            return True
+        return any(
+            ip in a.network and ip != a.ip
+            for a in self.fib.interfaces[ifx].addresses
+            if a.version == ip.version
+        )
 
     def _source_for(self, ifx: int, target):
         itf = self.fib.interfaces[ifx]
@@ -113,6 +302,13 @@ class NeighborTable:
         return (same or anyv4 or [ipaddress.IPv4Address(0)])[0]
 
     # -- learning ----------------------------------------------------------------------------
+
+    def _release(self, n: Neighbor) -> None:
+        if n.pending:
+            pkts = list(n.pending)
+            self._queued -= len(pkts)
+            n.pending.clear()
+            self.reinject(pkts, None)
 
     def _set_mac(self, n: Neighbor, mac: bytes, state: str, now: int) -> None:
         if n.state == PERMANENT:
@@ -131,11 +327,10 @@ class NeighborTable:
             n.mac = mac
             self.fib.add_neighbor(n.ip, mac, self.fib.interfaces[n.ifx].name)
             self.changed = True
-        n.state, n.changed, n.probes = state, now, 0
-        if n.pending:
-            pkts = list(n.pending)
-            n.pending.clear()
-            self.reinject(pkts, None)
+        n.state, n.changed, n.probes, n.next_probe = state, now, 0, 0
+        self._heard(n, now)
+        self._schedule(n)
+        self._release(n)
 
     def learn(
         self,
@@ -152,18 +347,27 @@ class NeighborTable:
         if n is None:
             if not create:
                 return
-            n = self.entries[(ifx, ip)] = Neighbor(ifx, ip)
+            if not self._on_link(ifx, ip):
+                self.stats.not_on_link += 1
+                return
+            n = self._create(ifx, ip, now)
+            if n is None:
+                return
         if n.state == PERMANENT:
             return
         if n.mac is not None and n.mac != mac and not override:
             if n.state == REACHABLE:
                 n.state, n.changed = STALE, now  # RFC 4861 7.2.5: keep the old address
+                self._schedule(n)
             return
         state = (
             REACHABLE
             if confirmed
             else (STALE if n.mac != mac or n.state in (INCOMPLETE, FAILED) else n.state)
         )
+        if not confirmed and state == n.state and n.mac == mac:  # nothing new: timers run on
+            self._heard(n, now)
+            return
         self._set_mac(n, mac, state, now)
 
     def handle_arp(self, ifx: int, frame: bytes, now: int) -> None:
@@ -218,6 +422,8 @@ class NeighborTable:
                     P.NA_ROUTER | P.NA_OVERRIDE,
                 )
             else:
+                # RFC 4861 7.2.3: an NS with a source link-layer address creates (STALE)
+                # or updates the solicitor's entry; the answer needs no entry
                 if nd.lladdr:
                     self.learn(ifx, nd.src, nd.lladdr, now, create=True, confirmed=False)
                 dst, dmac = nd.src, nd.lladdr or nd.eth_src
@@ -240,23 +446,58 @@ class NeighborTable:
 
     # -- resolution ------------------------------------------------------------------------
 
-    def _request(self, n: Neighbor, unicast: bool) -> None:
+    def _budget(self, now: int) -> bool:
+        """The probe budget (probe_rate per second, probe_burst at once): a flood of new
+        next hops cannot make the router broadcast at its own packet rate."""
+        if self._tokens_at == NEVER:
+            self._tokens_at = now
+        self._tokens = min(
+            float(self.t.probe_burst),
+            self._tokens + (now - self._tokens_at) * self.t.probe_rate / NANO,
+        )
+        self._tokens_at = now
+        if self._tokens < 1.0:
+            self.stats.probes_deferred += 1
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def _probe(self, n: Neighbor, now: int, unicast: bool) -> None:
+        """Send the next request (if the budget allows; else try again shortly)."""
+        if not self._budget(now):
+            n.next_probe = now + DEFER_NS
+            self._schedule(n)
+            return
+        n.probes += 1
+        n.next_probe = now + self.t.retrans_ns
+        self._schedule(n)
         itf = self.fib.interfaces[n.ifx]
         src = self._source_for(n.ifx, n.ip)
+        dst_mac = n.mac if unicast and n.mac else None
         if n.ip.version == 4:
-            frame = P.build_arp(
-                1, itf.mac, src, b"", n.ip, eth_dst=n.mac if unicast and n.mac else None
-            )
+            frame = P.build_arp(1, itf.mac, src, b"", n.ip, eth_dst=dst_mac)
         else:
-            frame = P.build_ns(itf.mac, src, n.ip, n.mac if unicast and n.mac else None)
+            frame = P.build_ns(itf.mac, src, n.ip, dst_mac)
         self.send(n.ifx, frame)
         self.stats.requests_sent += 1
 
     def resolve(self, ifx: int, ip, packet: tuple | None, now: int) -> None:
         """A packet needs ``ip`` on ``ifx``: queue it and ask if not already asking."""
+        if isinstance(packet, Pending) and packet.flags & F_REINJECTED:
+            # it was sent back once already and came back again (the FIB and the table
+            # disagree, or its next hop changed meanwhile): dropped, never a loop
+            self.stats.reinject_loops += 1
+            return
         n = self.entries.get((ifx, ip))
-        if n is None or n.state == FAILED:
-            n = self.entries[(ifx, ip)] = Neighbor(ifx, ip, changed=now)
+        if n is not None and n.state == FAILED:
+            self._remove(n)
+            n = None
+        if n is None:
+            n = self._create(ifx, ip, now, needed=self.fib.neighbor_in_use(ip, ifx))
+            if n is None:
+                if packet is not None:
+                    self.stats.queue_drops += 1
+                return
         if packet is not None:
             if n.mac is not None and n.state != INCOMPLETE:
                 # resolved, yet the data path still asks: a swap is on its way, or the FIB
@@ -264,42 +505,76 @@ class NeighborTable:
                 # sent back after the swap, cannot come back again
                 self.fib.add_neighbor(n.ip, n.mac, self.fib.interfaces[n.ifx].name)
                 self.changed = True
-                self.reinject([packet])
+                self.reinject([packet], None)
                 return
             if len(n.pending) >= self.t.queue_len:
-                n.pending.popleft()
+                if n.pending:
+                    n.pending.popleft()
+                    self._queued -= 1
                 self.stats.queue_drops += 1
-            n.pending.append(packet)
-            self.stats.queued += 1
-        if n.state == INCOMPLETE and n.probes == 0:
-            n.probes, n.next_probe = 1, now + self.t.retrans_ns
-            self._request(n, unicast=False)
+            if self._queued >= self.t.queue_total or self.t.queue_len == 0:
+                self.stats.queue_drops += 1
+            else:
+                n.pending.append(packet)
+                self._queued += 1
+                self.stats.queued += 1
+        if n.state == INCOMPLETE and n.probes == 0 and n.next_probe == 0:
+            self._probe(n, now, unicast=False)
 
     def tick(self, now: int) -> None:
-        """Advance timers: retransmit, age, probe, fail."""
-        for key, n in list(self.entries.items()):
-            if n.state == INCOMPLETE and n.probes and now >= n.next_probe:
-                if n.probes >= self.t.max_probes:
-                    self._fail(n, now)
-                else:
-                    n.probes += 1
-                    n.next_probe = now + self.t.retrans_ns
-                    self._request(n, unicast=False)
-            elif n.state == REACHABLE and now - n.changed >= self.t.reachable_ns:
-                n.state, n.changed = STALE, now
-            elif n.state == STALE and now - n.changed >= self.t.delay_first_probe_ns:
-                n.state, n.changed, n.probes = PROBE, now, 1
-                n.next_probe = now + self.t.retrans_ns
-                self._request(n, unicast=True)
-            elif n.state == PROBE and now >= n.next_probe:
-                if n.probes >= self.t.max_probes:
-                    self._fail(n, now)
-                else:
-                    n.probes += 1
-                    n.next_probe = now + self.t.retrans_ns
-                    self._request(n, unicast=True)
-            elif n.state == FAILED and now - n.changed >= self.t.failed_hold_ns:
-                del self.entries[key]
+        """Advance the timers that are due (a heap: the cost is what is due), then
+        collect a bounded number of unused entries when above gc_thresh1."""
+        heap = self._heap
+        done = 0
+        while heap and heap[0][0] <= now and done < TIMERS_PER_TICK:
+            due, _, key = heapq.heappop(heap)
+            n = self.entries.get(key)
+            if n is None or n.due != due:
+                continue  # removed, or rescheduled since
+            n.due = None
+            done += 1
+            self._expire(n, now)
+        if len(heap) > 4 * len(self.entries) + 1024:  # stale heap items: rebuild
+            self._heap = [(n.due, i, k) for i, (k, n) in enumerate(self.entries.items())
+                          if n.due is not None]
+            heapq.heapify(self._heap)
+        for family in (4, 6):
+            if self.count(family) > self.t.gc_thresh1:
+                self._periodic_collect(family, now)
+
+    def _periodic_collect(self, family: int, now: int) -> None:
+        """Linux neigh_periodic_work: unused entries not heard from for gc_stale_time
+        go (least recently heard first, PERIODIC_SCAN per tick)."""
+        lru = self._lru[family]
+        for key in list(islice(lru, PERIODIC_SCAN)):
+            n = self.entries[key]
+            if now - n.updated < self.t.gc_stale_ns:
+                return  # the rest were heard from later
+            if self._collectable(n):
+                self._remove(n)
+                self.stats.collected += 1
+            else:
+                lru.move_to_end(key)  # in use: not a candidate, out of the way
+
+    def _expire(self, n: Neighbor, now: int) -> None:
+        if n.state == INCOMPLETE:
+            if n.probes >= self.t.max_probes:
+                self._fail(n, now)
+            else:
+                self._probe(n, now, unicast=False)
+        elif n.state == REACHABLE:
+            n.state, n.changed = STALE, now
+            self._schedule(n)
+        elif n.state == STALE:
+            n.state, n.changed, n.probes = PROBE, now, 0
+            self._probe(n, now, unicast=True)
+        elif n.state == PROBE:
+            if n.probes >= self.t.max_probes:
+                self._fail(n, now)
+            else:
+                self._probe(n, now, unicast=True)
+        elif n.state == FAILED:
+            self._remove(n)
 
     def _fail(self, n: Neighbor, now: int) -> None:
         """RFC 4861 7.2.2: every packet still queued is answered with address (IPv4: host)
@@ -307,53 +582,71 @@ class NeighborTable:
         self.stats.resolution_failed += 1
         if n.pending:
             pkts = list(n.pending)
+            self._queued -= len(pkts)
             n.pending.clear()
             self.reinject(pkts, ADDRESS_UNREACHABLE)
         n.state, n.changed = FAILED, now
+        self._schedule(n)
         if n.mac is not None:
             n.mac = None
             try:
                 self.fib.del_neighbor(n.ip, self.fib.interfaces[n.ifx].name)
-            except ValueError:
+            except RouteError:
                 pass
             self.changed = True
 
-    # -- operator commands -----------------------------------------------------------------
+    # -- operator commands, reloads ------------------------------------------------------------
 
-    def add_static(self, ifx: int, ip, mac: bytes, now: int) -> None:
-        n = self.entries.get((ifx, ip)) or Neighbor(ifx, ip)
-        self.entries[(ifx, ip)] = n
+    def add_static(self, ifx: int, ip, mac: bytes, now: int, origin: str = OPERATOR) -> None:
+        """A permanent entry: never aged, never collected, not counted in the limits."""
+        n = self.entries.get((ifx, ip))
+        if n is None:
+            n = self._add(Neighbor(ifx, ip, state=PERMANENT, changed=now, updated=now))
+        self._unlimit(n)
         n.state = INCOMPLETE  # allow the update below
         self._set_mac(n, mac, PERMANENT, now)
-        n.state = PERMANENT
+        n.state, n.origin, n.due = PERMANENT, origin, None
 
     def delete(self, ifx: int, ip) -> bool:
-        n = self.entries.pop((ifx, ip), None)
+        n = self.entries.get((ifx, ip))
         if n is None:
             return False
-        if n.mac is not None:
-            self.fib.del_neighbor(ip, self.fib.interfaces[ifx].name)
-            self.changed = True
+        self._remove(n)
         return True
+
+    def adopt(self, fib: Fib, configured: list[NeighborConfig], now: int,
+              settings: NeighborSettings | None = None) -> None:
+        """A reload built ``fib`` from a new configuration: the table now follows it.
+        Entries of the old file that the new one lacks are gone everywhere; entries of the
+        new file are permanent; what the operator added and what was learnt is installed
+        into the new FIB (else an entry would say reachable while the new adjacency waits
+        for a MAC nobody asks for again)."""
+        if settings is not None:  # limits apply to new entries; collection trims the rest
+            self.t = settings
+        new = {(fib.interface_index(c.interface), c.ip): c.mac for c in configured}
+        for key, n in list(self.entries.items()):
+            if n.origin == CONFIG and key not in new:
+                self._remove(n)  # (from the old FIB: harmless, it is being replaced)
+        self.fib = fib
+        for (ifx, ip), mac in new.items():
+            self.add_static(ifx, ip, mac, now, origin=CONFIG)
+        for n in list(self.entries.values()):
+            if n.mac is None or (n.ifx, n.ip) in new:
+                continue
+            try:
+                fib.add_neighbor(n.ip, n.mac, fib.interfaces[n.ifx].name)
+            except (RouteError, IndexError) as e:
+                log.warning("reload: neighbour %s not kept: %s", n.ip, e)
+                self._remove(n)
+        self.changed = True
 
     def stat_rows(self) -> list[dict]:
         """The table's counters for ``ctl show neighbors stats``; every invalid-ND reason is
         listed, zero or not, so an operator sees what is checked."""
         st = self.stats
-        rows = [
-            {"stat": f, "count": getattr(st, f)}
-            for f in (
-                "requests_sent",
-                "replies_sent",
-                "learnt",
-                "mac_changes",
-                "queued",
-                "queue_drops",
-                "resolution_failed",
-                "arp_not_for_us",
-                "ignored",
-            )
-        ]
+        rows = [{"stat": f, "count": getattr(st, f)} for f in STAT_FIELDS]
+        rows += [{"stat": f"entries ipv{f}", "count": self.count(f)} for f in (4, 6)]
+        rows.append({"stat": "queued now", "count": self._queued})
         rows += [
             {"stat": f"nd-invalid {r}", "count": st.invalid_nd.get(r, 0)}
             for r in P.ND_INVALID_REASONS

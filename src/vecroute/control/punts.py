@@ -28,7 +28,7 @@ from vecroute.io.channel import (
     PH_RX,
     Ring,
 )
-from vecroute.packet.batch import F_IP6
+from vecroute.packet.batch import F_IP6, F_REINJECTED
 from vecroute.packet.headers import ICMP4_DEST_UNREACH, ICMP4_HOST_UNREACH, ICMP6_DEST_UNREACH
 
 
@@ -92,11 +92,12 @@ def inject_frame(ring: Ring, port: int, frame: bytes) -> bool:
 
 def inject_packets(ring: Ring, packets: list[Pending], error: IcmpError | None) -> int:
     """Packets to look up again (``error`` None) or to answer with ``error``; returns
-    how many the ring refused (counted in its R_DROPS)."""
+    how many the ring refused (counted in its R_DROPS). A packet sent back to the lookup
+    is marked F_REINJECTED: it is re-injected at most once (NeighborTable.resolve)."""
     refused = 0
     for p in packets:
         if error is None:
-            hdr = (INJ_LOOKUP, p.rx, len(p.l3), p.fib, p.flags, p.family)
+            hdr = (INJ_LOOKUP, p.rx, len(p.l3), p.fib, p.flags | F_REINJECTED, p.family)
         else:
             typ, code = error.icmp4 if p.family == 4 else error.icmp6
             hdr = (INJ_ERROR, p.rx, len(p.l3), p.fib, p.flags, p.family, error.reason,

@@ -164,7 +164,8 @@ class LiveRouter:
             raise StartupError(str(e)) from None
         except ConfigError as e:  # a rule naming a table that does not exist, say
             raise StartupError(str(e)) from None
-        self.neigh = NeighborTable(self.fib, self._send_frame, self._reinject)
+        self.neigh = NeighborTable(self.fib, self._send_frame, self._reinject,
+                                   cfg.neighbor_table)
         self.n_workers = cfg.router.workers
         self.workers: list[DataPlaneWorker] = []
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -418,17 +419,10 @@ class LiveRouter:
             self._reloading = False
 
     def _install(self, cfg: Config, fib: Fib, firewalls: list) -> None:
-        # what the neighbour table knows now (learnt while the new FIB was being built,
-        # added with ctl) goes into the new FIB: else its entries would say REACHABLE
-        # while the new adjacencies wait for a MAC nobody will ask for again
-        for n in list(self.neigh.entries.values()):
-            if n.mac is not None and n.ifx < len(cfg.interfaces):
-                try:
-                    fib.add_neighbor(n.ip, n.mac, cfg.interfaces[n.ifx].name)
-                except RouteError as e:
-                    log.warning("reload: neighbour %s not kept: %s", n.ip, e)
+        # the neighbour table follows the new file (its static entries), keeps what the
+        # operator added and what was learnt meanwhile, and installs it into the new FIB
+        self.neigh.adopt(fib, cfg.neighbors, time.monotonic_ns(), cfg.neighbor_table)
         self.cfg, self.fib = cfg, fib
-        self.neigh.fib = fib
         self._commit_pending = False
         tables = self._tables()
         for w, fw in zip(self.workers, firewalls, strict=True):

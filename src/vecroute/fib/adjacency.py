@@ -4,6 +4,12 @@ An adjacency is (interface, next hop) with a precomputed L2 rewrite (dst MAC, sr
 ethertype) once the neighbour is known; a load-balance is a list of ECMP buckets of
 adjacencies. Both are shared between routes (VPP style) and live in flat arrays that the
 data path indexes directly; the control plane grows them by reallocation.
+
+Both are reference counted, so that what a host can make the router create (a neighbour's
+host route, its adjacency) is freed again and its row reused: a route holds its
+load-balance, a load-balance holds each of its adjacencies once. Only next-hop adjacencies
+are ever freed (the local, drop, glean, reply and SRv6 ones live as long as the table);
+``pin`` holds one for a user outside the load-balances (an SRv6 End.X next hop).
 """
 
 from __future__ import annotations
@@ -53,8 +59,11 @@ class AdjacencyTable:
         self.adj = np.zeros((16, ADJ_COLS), dtype=np.int32)
         self.adj_rw = np.zeros((16, RW_MAX), dtype=np.uint8)
         self.adj_last_req = np.full(16, NEVER, dtype=np.int64)
-        self.keys: list[AdjKey] = []
+        self.keys: list[AdjKey | None] = []  # None: a free row
         self.index: dict[AdjKey, int] = {}
+        self.refs: list[int] = []
+        self._free: list[int] = []
+        self.generation = 0  # moves whenever a row is created or freed (SRv6 caches see it)
         self.local = self.get(AdjKey(ADJ_LOCAL))
         self.drop = self.get(AdjKey(ADJ_DROP))
         # for us too, but answers come from a unicast address of the interface
@@ -62,18 +71,26 @@ class AdjacencyTable:
         self.adj[self.local_anycast, A_NH4] = LOCAL_ANYCAST
 
     def __len__(self) -> int:
-        return len(self.keys)
+        """Adjacencies in use (rows, free ones excluded)."""
+        return len(self.index)
 
     def get(self, key: AdjKey) -> int:
         """The index of the adjacency for key, created (incomplete) if new."""
         a = self.index.get(key)
         if a is not None:
             return a
-        a = len(self.keys)
-        if a >= self.adj.shape[0]:
-            self._grow()
-        self.keys.append(key)
+        if self._free:
+            a = self._free.pop()
+            self.keys[a] = key
+        else:
+            a = len(self.keys)
+            if a >= self.adj.shape[0]:
+                self._grow()
+            self.keys.append(key)
+            self.refs.append(0)
+        self.refs[a] = 0
         self.index[key] = a
+        self.generation += 1
         row = self.adj[a]
         row[:] = 0
         row[A_TYPE] = key.kind
@@ -87,6 +104,25 @@ class AdjacencyTable:
         self.adj_last_req[a] = NEVER
         return a
 
+    def ref(self, a: int) -> None:
+        self.refs[a] += 1
+
+    def unref(self, a: int) -> None:
+        """Drop one reference; a next-hop adjacency nobody holds is freed (its row reused)."""
+        self.refs[a] -= 1
+        key = self.keys[a]
+        if self.refs[a] > 0 or key is None or key.kind != ADJ_INCOMPLETE:
+            return
+        del self.index[key]
+        self.keys[a] = None
+        self.adj[a] = 0
+        self.adj[a, A_TYPE] = ADJ_DROP  # never read: no load-balance points here
+        self.adj[a, A_IF] = -1
+        self._free.append(a)
+        self.generation += 1
+
+    pin = ref
+
     def _grow(self) -> None:
         n = self.adj.shape[0] * 2
         self.adj = np.concatenate([self.adj, np.zeros_like(self.adj)])[:n]
@@ -98,6 +134,7 @@ class AdjacencyTable:
     def set_rewrite(self, a: int, dst_mac: bytes | None, src_mac: bytes) -> None:
         """Resolve (or unresolve, dst_mac=None) a next-hop adjacency in place."""
         key = self.keys[a]
+        assert key is not None
         if dst_mac is None:
             self.adj[a, A_TYPE] = ADJ_INCOMPLETE
             self.adj[a, A_RWLEN] = 0
@@ -120,12 +157,40 @@ class AdjacencyTable:
 class LoadBalanceTable:
     """ECMP bucket lists, deduplicated: routes with the same paths share one entry."""
 
-    def __init__(self) -> None:
+    def __init__(self, adjs: AdjacencyTable) -> None:
+        self.adjs = adjs
         self.lb = np.zeros((16, 2), dtype=np.int32)
         self.lb_buckets = np.zeros(64, dtype=np.int32)
         self.index: dict[tuple[int, ...], int] = {}
-        self.paths: list[tuple[int, ...]] = []
+        self.paths: list[tuple[int, ...] | None] = []  # None: a free entry
+        self.refs: list[int] = []
+        # freed entries by bucket count: a new load-balance of that size takes the entry
+        # and its bucket range (neighbour host routes are all one-bucket ones)
+        self._free: dict[int, list[int]] = {}
         self._nb = 0
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def ref(self, i: int) -> None:
+        """A route now points at load-balance i (the first one holds its adjacencies)."""
+        if self.refs[i] == 0:
+            for a in set(self.paths[i] or ()):
+                self.adjs.ref(a)
+        self.refs[i] += 1
+
+    def unref(self, i: int) -> None:
+        """A route left load-balance i; the last one frees it and lets its adjacencies go."""
+        self.refs[i] -= 1
+        if self.refs[i] > 0:
+            return
+        key = self.paths[i]
+        assert key is not None
+        del self.index[key]
+        self.paths[i] = None
+        self._free.setdefault(len(key), []).append(i)
+        for a in set(key):
+            self.adjs.unref(a)
 
     def get(self, adjs: list[int], weights: list[int] | None = None) -> int:
         """The load-balance index for these adjacencies (weights replicate buckets)."""
@@ -148,6 +213,14 @@ class LoadBalanceTable:
         i = self.index.get(key)
         if i is not None:
             return i
+        free = self._free.get(len(buckets))
+        if free:
+            i = free.pop()
+            start = int(self.lb[i, LB_START])
+            self.lb_buckets[start : start + len(buckets)] = buckets
+            self.paths[i] = key
+            self.index[key] = i
+            return i
         i = len(self.paths)
         if i >= self.lb.shape[0]:
             self.lb = np.concatenate([self.lb, np.zeros_like(self.lb)])
@@ -158,6 +231,7 @@ class LoadBalanceTable:
         self.lb[i, LB_N] = len(buckets)
         self._nb += len(buckets)
         self.paths.append(key)
+        self.refs.append(0)
         self.index[key] = i
         return i
 

@@ -91,7 +91,7 @@ class Fib:
     def __init__(self) -> None:
         self.lpm = {4: Lpm(4), 6: Lpm(6)}
         self.adjs = AdjacencyTable()
-        self.lbs = LoadBalanceTable()
+        self.lbs = LoadBalanceTable(self.adjs)
         self.interfaces: list[Interface] = []
         self.routes: dict[tuple[int, IPNetwork], Route] = {}
         self.neighbors: dict[tuple[int, IPAddress], bytes] = {}
@@ -184,8 +184,21 @@ class Fib:
 
     def _install(self, route: Route, lb: int) -> None:
         route.lb = lb
-        self.routes[(route.table, route.prefix)] = route
+        key = (route.table, route.prefix)
+        self.lbs.ref(lb)
+        old = self.routes.get(key)
+        self.routes[key] = route
         self.lpm[route.prefix.version].add(route.table, route.prefix, lb)
+        if old is not None:
+            self.lbs.unref(old.lb)
+
+    def _uninstall(self, table: int, prefix: IPNetwork) -> Route | None:
+        """Remove a route, letting go of its load-balance (and so maybe its adjacencies)."""
+        r = self.routes.pop((table, prefix), None)
+        if r is not None:
+            self.lpm[prefix.version].delete(table, prefix)
+            self.lbs.unref(r.lb)
+        return r
 
     def _connected_interface(self, nh: IPAddress, table: int) -> int:
         for ifx, itf in enumerate(self.interfaces):
@@ -260,8 +273,7 @@ class Fib:
             raise RouteError(
                 f"{prefix} is a {r.kind} route: change the interface addresses instead"
             )
-        del self.routes[(table, prefix)]
-        self.lpm[prefix.version].delete(table, prefix)
+        self._uninstall(table, prefix)
 
     def _install_special(self, prefix, table: int, kind: str, adj: int) -> None:
         """A route to a non-forwarding adjacency (SRv6 local SID, policy, steering)."""
@@ -269,8 +281,7 @@ class Fib:
         self._install(Route(prefix, table, kind, []), self.lbs.get([adj]))
 
     def _remove_special(self, prefix, table: int) -> None:
-        if self.routes.pop((table, prefix), None) is not None:
-            self.lpm[prefix.version].delete(table, prefix)
+        self._uninstall(table, prefix)
 
     @_changes
     def sr(self, op: str, *args, **kwargs):
@@ -292,12 +303,16 @@ class Fib:
         ifx = self.interface_index(ifname)
         itf = self.interfaces[ifx]
         self.neighbors[(ifx, ip)] = mac
-        a = self._nh_adjacency(ifx, ip)
+        key = AdjKey(ADJ_INCOMPLETE, ifx, ip.version, int(ip))
+        if key in self.adjs.index:  # next hop of routes: rewritten in place
+            self.adjs.set_rewrite(self.adjs.index[key], mac, itf.mac)
         host = ipaddress.ip_network(f"{ip}/{ip.max_prefixlen}")
         existing = self.routes.get((itf.table, host))
         on_link = any(ip in x.network for x in itf.addresses if x.version == ip.version)
         if on_link and (existing is None or existing.kind == "neighbor"):
-            self._install(Route(host, itf.table, "neighbor", [(ifx, ip)]), self.lbs.get([a]))
+            if existing is None:  # (else it is installed already, on the same adjacency)
+                lb = self.lbs.get([self._nh_adjacency(ifx, ip)])
+                self._install(Route(host, itf.table, "neighbor", [(ifx, ip)]), lb)
 
     @_changes
     def del_neighbor(self, ip: IPAddress | str, ifname: str) -> None:
@@ -312,8 +327,21 @@ class Fib:
         table = self.interfaces[ifx].table
         r = self.routes.get((table, host))
         if r is not None and r.kind == "neighbor":
-            del self.routes[(table, host)]
-            self.lpm[ip.version].delete(table, host)
+            self._uninstall(table, host)
+
+    def neighbor_in_use(self, ip: IPAddress, ifx: int) -> bool:
+        """Whether anything but the neighbour's own host route goes through it (a route's
+        next hop, an SRv6 End.X): such an entry is worth keeping under pressure."""
+        a = self.adjs.index.get(AdjKey(ADJ_INCOMPLETE, ifx, ip.version, int(ip)))
+        if a is None:
+            return False
+        host = ipaddress.ip_network(f"{ip}/{ip.max_prefixlen}")
+        r = self.routes.get((self.interfaces[ifx].table, host))
+        own = r is not None and r.kind == "neighbor"
+        if not own:
+            return self.adjs.refs[a] > 0
+        # the host route's load-balance [a] may be shared with single-path routes via it
+        return self.adjs.refs[a] > 1 or self.lbs.refs[r.lb] > 1
 
     # -- the data-path view -----------------------------------------------------------------
 
@@ -364,7 +392,8 @@ class Fib:
             sr_cache=self.srv6.sr_cache,
         )
         st.opts[OPT_FIB_GEN] = (
-            self.lpm[4].generation + self.lpm[6].generation + self.srv6.generation + len(self.adjs)
+            self.lpm[4].generation + self.lpm[6].generation + self.srv6.generation
+            + self.adjs.generation
         )
         return st
 

@@ -63,6 +63,7 @@ F_ANSWER = 1024  # an ICMP error / TCP RST built in the slot of the packet it an
 F_REDIRECT = 2048  # an ICMP redirect (a copy of a forwarded packet's header, then the error)
 F_GSO = 4096  # a GSO super-packet (in a jumbo slot): leaves whole, the kernel segments it
 F_CSUM_PARTIAL = 8192  # its L4 checksum holds only the pseudo-header sum (M_CSUM)
+F_REINJECTED = 16384  # came back from the control plane: if it is punted again, it is dropped
 
 # Jumbo slots: a batch may hold GSO super-packets whole (up to 64 KiB of IP) in slots of
 # their own after the ordinary ones; the packet's index is an ordinary one (its metadata),

@@ -148,10 +148,13 @@ class Srv6Tables:
                 raise Srv6Error(f"{ls.behavior} needs nh = an IPv{want} next hop")
             ifx = self.fib._connected_interface(ls.nh, ls.fib_table)
             adj = self.fib._nh_adjacency(ifx, ls.nh)
+            self.fib.adjs.pin(adj)  # held by the SID table, not by a load-balance
         fib4 = self.fib.lpm[4].table_index(ls.table, create=True)
         fib6 = self.fib.lpm[6].table_index(ls.table, create=True)
         key = (ls.fib_table, ls.sid)
         old = self.localsids.get(key)
+        if old is not None:
+            self._unpin(old)
         ls.index = old.index if old else self._n_sid
         if not old:
             self._n_sid += 1
@@ -173,8 +176,13 @@ class Srv6Tables:
         ls = self.localsids.pop((fib_table, sid), None)
         if ls is None:
             raise Srv6Error(f"no local SID {sid} in table {fib_table}")
+        self._unpin(ls)
         self.fib._remove_special(sid, fib_table)
         self.generation += 1
+
+    def _unpin(self, ls: LocalSid) -> None:
+        if ls.behavior in ("End.X", "End.DX4", "End.DX6"):
+            self.fib.adjs.unref(int(self.sr_sid[ls.index, SID_ADJ]))
 
     # -- policies ----------------------------------------------------------------------------
 
