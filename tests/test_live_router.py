@@ -235,6 +235,8 @@ def test_idle_router_uses_little_cpu(topo):
 
 
 def test_counters_and_json(topo):
+    # (self-contained: under xdist this module's tests may run on a topology of their own)
+    ping(topo, "h1", H2_V4, "-c", "1", "-W", "3", check=True)  # forwarded
     ping(topo, "h1", H2_V4, "-c", "1", "-t", "1", "-W", "1")  # a ttl-expired, answered
     rep = topo.ctl("show", "errors")
     names = {r["counter"] for r in rep["data"]}

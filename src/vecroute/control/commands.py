@@ -42,6 +42,8 @@ class RouterControl(Protocol):
 
     def neighbor_rows(self) -> list[dict]: ...
 
+    def worker_rows(self) -> list[dict]: ...  # the data-plane workers' loop counters
+
     def neighbor_stats(self) -> list[dict]: ...  # [{"stat": name, "count": n}]
 
     def add_neighbor(self, ip, mac: bytes, ifname: str) -> None: ...
@@ -115,7 +117,9 @@ def _int(text: str, what: str) -> int:
 
 
 def _show(r: RouterControl, argv: list[str]) -> Reply:
-    what = _words(argv, 1, "what to show: interfaces | routes | neighbors | runtime | errors")
+    what = _words(
+        argv, 1, "what to show: interfaces | routes | neighbors | runtime | errors | workers"
+    )
     if what in ("interfaces", "int", "interface"):
         rows = interfaces_view(r.fib, r.stats())
         return Reply(
@@ -154,6 +158,9 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
             return Reply(rows, _render("Neighbor resolution", rows))
         rows = r.neighbor_rows()
         return Reply(rows, _render("Neighbors", rows))
+    if what == "workers":
+        rows = r.worker_rows()
+        return Reply(rows, _render("Workers", rows))
     if what == "runtime":
         rows = runtime_view(r.stats())
         return Reply(rows, _render("Runtime", rows))
@@ -163,7 +170,7 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
             rows, _render("Counters", rows, ["counter", "node", "kind", "count", "description"])
         )
     raise CommandError(
-        f"show {what!r}: expected interfaces | routes | neighbors | runtime | errors"
+        f"show {what!r}: expected interfaces | routes | neighbors | runtime | errors | workers"
     )
 
 

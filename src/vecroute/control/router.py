@@ -229,6 +229,9 @@ class LiveRouter:
         )
         return total
 
+    def worker_rows(self) -> list[dict]:
+        return [w.row() for w in self.workers]
+
     def neighbor_rows(self) -> list[dict]:
         return self.neigh.rows()
 

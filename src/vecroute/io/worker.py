@@ -119,6 +119,25 @@ class DataPlaneWorker:
         """The worker's current state (its runtime arrays are live: read, never write)."""
         return self.graph.state
 
+    def row(self) -> dict:
+        """The loop's own counters (``ctl show workers``): read without stopping it."""
+        c = self.ctl
+        beat = int(c[L.W_HEARTBEAT])
+        return {
+            "worker": self.index,
+            "alive": self.alive(),
+            "batches": int(c[L.W_BATCHES]),
+            "packets": int(c[L.W_PACKETS]),
+            "sleeps": int(c[L.W_SLEEPS]),
+            "punted": int(c[L.W_PUNTED]),
+            "entries": int(c[L.W_ENTRIES]),
+            "heartbeat_age_ms": (time.clock_gettime_ns(time.CLOCK_MONOTONIC) - beat) // 1_000_000
+            if beat else -1,
+            "punt_queue": len(self.punt),
+            "inject_queue": len(self.inject),
+            "error": "" if self.error is None else f"{type(self.error).__name__}: {self.error}",
+        }
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._main, name=f"vecroute-worker-{self.index}",
                                         daemon=True)

@@ -1,0 +1,401 @@
+"""Soak: a live router with two workers under mixed traffic while a driver disturbs it.
+
+`python -m bench.soak --seconds 3600` by hand (root); tests/test_soak.py runs a short one.
+Between two Linux hosts in network namespaces (vecroute.lab), h1 sends UDP over IPv4 and
+IPv6 to h2 (sizes 18..1400 bytes, every payload derived from its sequence number) and
+pings; meanwhile a driver, round after round:
+
+* churns routes through ``ctl route add`` / ``route del``;
+* adds a static neighbour with ``ctl neighbor add`` and reloads the unchanged file with
+  SIGHUP (issue 12 finding 1: this once looped re-injections forever);
+* adds and deletes firewall rules (``ctl fw add`` / ``fw delete``);
+* runs hostile control clients: garbage, a 1 MiB line, nested JSON, a client that never
+  finishes its request, more connections than the server takes;
+* floods the router with NS and ARP requests from new sources (finding 2).
+
+It reports, and the test asserts: the router never stopped; its memory stayed bounded;
+the neighbour table stayed within its limits; the data path's counters add up (every
+packet that entered a worker — received or injected — was forwarded, answered, dropped
+by a counted reason or punted); no packet arrived corrupted (every payload checked, one
+in SAMPLE parsed by scapy with its checksums recomputed); h2 kept receiving (no gap
+longer than MAX_GAP_S); and the ports were left as found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import random
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from vecroute.io.netns import Lab, entered
+from vecroute.lab import H1_V4, H1_V6, H2_V4, H2_V6, RT0_V4, RT0_V6, build, start_router
+
+PORT = 9999
+SAMPLE = 25  # one received packet in SAMPLE is parsed by scapy
+MAX_GAP_S = 3.0  # h2 receives something at least this often
+UDP_PPS = 1500
+ETH_P_ALL = 0x0003
+FIREWALL = """
+[firewall]
+default = "allow"
+rules = ["100 allow ip from any to any"]
+"""
+PORT_SYSCTLS = ("ipv4/conf/{}/arp_ignore", "ipv4/conf/{}/forwarding", "ipv6/conf/{}/disable_ipv6")
+
+
+@dataclass
+class Report:
+    seconds: float = 0.0
+    router_alive: bool = False
+    exit_status: int | None = None
+    rss_start_mb: float = 0.0
+    rss_max_mb: float = 0.0
+    rss_end_mb: float = 0.0
+    udp_sent: int = 0
+    udp_received: int = 0
+    corrupted: int = 0
+    scapy_checked: int = 0
+    max_gap_s: float = 0.0
+    rounds: int = 0
+    reloads: int = 0
+    routes_churned: int = 0
+    fw_changes: int = 0
+    hostile_clients: int = 0
+    flood_frames: int = 0
+    neighbor_entries_max: int = 0
+    neighbor_limit: int = 0
+    accounting: dict = field(default_factory=dict)
+    accounting_ok: bool = False
+    ports_restored: bool = False
+    port_diff: dict = field(default_factory=dict)
+    errors: list = field(default_factory=list)
+
+
+def _payload(seq: int, size: int) -> bytes:
+    body = random.Random(seq).randbytes(max(size - 8, 0))
+    return struct.pack("!II", seq, size) + body
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _port_state(ns: str, ports: list[str]) -> dict:
+    """The sysctls and tc qdiscs vecroute may touch on its ports, read in its namespace."""
+    out = {}
+    with entered(ns):
+        for p in ports:
+            for s in PORT_SYSCTLS:
+                path = Path("/proc/sys/net", s.format(p))
+                out[str(path)] = path.read_text().strip() if path.exists() else None
+    import subprocess
+
+    for p in ports:
+        out[f"tc {p}"] = subprocess.run(
+            ["ip", "netns", "exec", ns, "tc", "filter", "show", "dev", p, "ingress"],
+            capture_output=True, text=True, check=False,
+        ).stdout.strip()
+    return out
+
+
+class Traffic:
+    """UDP from h1 to h2 (both families), checked as it arrives."""
+
+    def __init__(self, t, stop: threading.Event) -> None:
+        self.t, self.stop = t, stop
+        self.sent = self.received = self.corrupted = self.checked = 0
+        self.last_rx = time.monotonic()
+        self.max_gap = 0.0
+        self.errors: list[str] = []
+        with entered(t.h2):
+            self.rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            self.rx.bind((t.h2_if, 0))
+            self.rx.settimeout(0.2)
+            self.sinks = []
+            for fam, addr in ((socket.AF_INET, H2_V4), (socket.AF_INET6, H2_V6)):
+                s = socket.socket(fam, socket.SOCK_DGRAM)
+                s.bind((addr, PORT))
+                s.setblocking(False)
+                self.sinks.append(s)
+        with entered(t.h1):
+            self.tx4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.tx6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+
+    def send_loop(self) -> None:
+        rng = random.Random(1)
+        seq = 0
+        period = 1.0 / UDP_PPS
+        nxt = time.monotonic()
+        while not self.stop.is_set():
+            size = rng.choice((18, 64, 200, 512, 1000, 1400))
+            v6 = seq % 2 == 1
+            try:
+                if v6:
+                    self.tx6.sendto(_payload(seq, size), (H2_V6, PORT))
+                else:
+                    self.tx4.sendto(_payload(seq, size), (H2_V4, PORT))
+                self.sent += 1
+            except OSError:
+                pass  # neighbour not yet resolved by h1's kernel, buffer full: not ours
+            seq += 1
+            nxt += period
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                nxt = time.monotonic()
+
+    def receive_loop(self) -> None:
+        from scapy.all import IP, UDP, Ether, IPv6
+
+        k = 0
+        while not self.stop.is_set() or k == 0:
+            for s in self.sinks:  # keep the sinks' queues empty
+                try:
+                    while True:
+                        s.recv(4096)
+                except OSError:
+                    pass
+            try:
+                frame = self.rx.recv(65535)
+            except TimeoutError:
+                self._gap()
+                if self.stop.is_set():
+                    return
+                continue
+            et = int.from_bytes(frame[12:14], "big")
+            if et == 0x0800 and frame[23] == 17:
+                l4 = 14 + (frame[14] & 15) * 4
+            elif et == 0x86DD and frame[20] == 17:
+                l4 = 14 + 40
+            else:
+                continue
+            if int.from_bytes(frame[l4 + 2 : l4 + 4], "big") != PORT:
+                continue
+            self._gap()
+            self.received += 1
+            data = frame[l4 + 8 :]
+            seq, size = struct.unpack("!II", data[:8]) if len(data) >= 8 else (0, -1)
+            if data != _payload(seq, size):
+                self.corrupted += 1
+                self.errors.append(f"payload of seq {seq} corrupted")
+            k += 1
+            if k % SAMPLE == 0:
+                self.checked += 1
+                p = Ether(frame)
+                ip = p[IP] if IP in p else p[IPv6]
+                ttl = ip.ttl if IP in p else ip.hlim
+                sums_ok = True
+                if IP in p:
+                    want = ip.chksum
+                    del ip.chksum
+                    sums_ok &= IP(bytes(ip)).chksum == want
+                want = p[UDP].chksum
+                u = p[UDP]
+                del u.chksum
+                again = Ether(bytes(p))
+                sums_ok &= again[UDP].chksum == want
+                if not sums_ok or ttl != 63:
+                    self.corrupted += 1
+                    self.errors.append(f"seq {seq}: checksums ok {sums_ok}, ttl {ttl}")
+            self.last_rx = time.monotonic()
+
+    def _gap(self) -> None:
+        self.max_gap = max(self.max_gap, time.monotonic() - self.last_rx)
+
+
+def _hostile_clients(path: str) -> int:
+    """Clients that misbehave on the control socket; each must end in one error (or a
+    closed connection), never in a stopped router. Returns how many ran."""
+    def raw(data: bytes, read: bool = True) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(path)
+            try:
+                s.sendall(data)
+                if read:
+                    s.recv(65536)
+            except OSError:
+                pass
+
+    n = 0
+    for data in (b"\xff\xfe garbage\n", b"[" * 60000 + b"\n", b"x" * (1 << 20) + b"\n",
+                 b'{"argv": ["route", "add", "10.0.0.0/8", "via", "1.2.3.4", "weight", "0"]}\n',
+                 b'{"argv": [' + b'"show",' * 5000 + b'"routes"]}\n', b'{"argv": 5}\n'):
+        raw(data)
+        n += 1
+    slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # never finishes its request
+    slow.connect(path)
+    slow.sendall(b'{"argv": ["show", ')
+    many = []
+    for _ in range(200):  # more than the server takes at once
+        try:
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(path)
+            many.append(c)
+        except OSError:
+            break
+    for c in many:
+        c.close()
+    slow.close()
+    return n + 2
+
+
+def _flood(t, count: int, rng: random.Random) -> int:
+    """NS (with SLLA) for the router's IPv6 address and ARP requests for its IPv4 one,
+    from new sources on h1's link."""
+    from scapy.all import ARP, Ether, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr, IPv6
+
+    rmac = t.lab.mac(t.rt, t.ports[0])
+    frames = []
+    net6 = int(ipaddress.IPv6Address(H1_V6)) & ~((1 << 64) - 1)
+    for _ in range(count):
+        mac = "02:" + ":".join(f"{rng.randrange(256):02x}" for _ in range(5))
+        src6 = str(ipaddress.IPv6Address(net6 | rng.getrandbits(64)))
+        frames.append(bytes(Ether(src=mac, dst="33:33:ff:00:00:01")
+                            / IPv6(src=src6, dst="ff02::1:ff00:1", hlim=255)
+                            / ICMPv6ND_NS(tgt=RT0_V6) / ICMPv6NDOptSrcLLAddr(lladdr=mac)))
+        src4 = str(ipaddress.IPv4Address(int(ipaddress.IPv4Address(H1_V4)) & ~255
+                                         | rng.randrange(2, 250)))
+        frames.append(bytes(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff")
+                            / ARP(op=1, hwsrc=mac, psrc=src4, pdst=RT0_V4)))
+    del rmac
+    with entered(t.h1):
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        s.bind((t.h1_if, 0))
+        for f in frames:
+            try:
+                s.send(f)
+            except OSError:
+                time.sleep(0.001)
+        s.close()
+    return len(frames)
+
+
+def _accounting(t) -> dict:
+    """The data path's identity, read after the traffic stopped (see tests/conftest.py
+    Result.check_accounting for the same identity on one batch): every packet that
+    entered a worker (received or injected) was dropped by a counted reason, punted, or
+    left in its own slot (forwarded or answered in place); generated packets (ARP/NS
+    requests, fragments, redirects) leave from spare slots."""
+    from vecroute.graph.counters import COUNTERS
+
+    c = {r["counter"]: r["count"] for r in t.ctl("show", "errors", "all")["data"]}
+    drop = sum(c.get(x.name, 0) for x in COUNTERS if x.kind == "drop")
+    workers = t.ctl("show", "workers")["data"]
+    entered_ = sum(w["packets"] for w in workers)
+    tx = sum(i["tx_packets"] for i in t.ctl("show", "interfaces")["data"])
+    generated = sum(c.get(k, 0) for k in ("arp-request-sent", "ns-sent", "redirect-sent"))
+    generated += c.get("fragments-created", 0)
+    answers = c.get("icmp-error-sent", 0) + c.get("tcp-reset-sent", 0)
+    left_in_slot = tx - generated
+    total = drop - c.get("answer-dropped", 0) + c.get("punt", 0) + left_in_slot - answers
+    return {"entered": entered_, "dropped": drop, "punted": c.get("punt", 0), "tx": tx,
+            "generated": generated, "answers": answers, "accounted": total}
+
+
+def run(seconds: float, workdir: Path, seed: int = 1, log=print) -> Report:
+    rep = Report()
+    rng = random.Random(seed)
+    with Lab("vs") as lab:
+        t = build(lab, workdir, workers=2, extra_config=FIREWALL)
+        before = _port_state(t.rt, t.ports)
+        start_router(t)
+        pid = t.router.pid
+        h2_mac = lab.mac(t.h2, t.h2_if)
+        stop = threading.Event()
+        traffic = Traffic(t, stop)
+        threads = [threading.Thread(target=traffic.send_loop, daemon=True),
+                   threading.Thread(target=traffic.receive_loop, daemon=True)]
+        for th in threads:
+            th.start()
+        pinger = lab.popen(t.h1, ["ping", "-q", "-i", "0.05", H2_V4],
+                           stdout=open(os.devnull, "wb"))  # noqa: SIM115
+        t0 = time.monotonic()
+        rep.rss_start_mb = rep.rss_max_mb = _rss_mb(pid)
+        limits = t.ctl("show", "neighbors", "stats")
+        del limits
+        rep.neighbor_limit = 512  # NeighborSettings().per_interface, one flooded port
+        try:
+            while time.monotonic() - t0 < seconds and t.router.poll() is None:
+                k = rep.rounds
+                net = f"10.{77 + k % 50}.{k % 250}.0/24"
+                t.ctl("route", "add", net, "via", H2_V4)
+                t.ctl("route", "del", net)
+                rep.routes_churned += 1
+                t.ctl("fw", "add", "50", "deny", "udp", "from", "any", "to", "any", "7777")
+                t.ctl("fw", "delete", "50")
+                rep.fw_changes += 2
+                if k % 2 == 0:
+                    t.ctl("neighbor", "add", H2_V4, "lladdr", h2_mac, "dev", t.ports[1])
+                    os.kill(pid, signal.SIGHUP)
+                    rep.reloads += 1
+                rep.hostile_clients += _hostile_clients(t.socket)
+                rep.flood_frames += _flood(t, 500, rng)
+                st = {r["stat"]: r["count"] for r in t.ctl("show", "neighbors", "stats")["data"]}
+                rep.neighbor_entries_max = max(rep.neighbor_entries_max, st.get("entries ipv4", 0),
+                                               st.get("entries ipv6", 0))
+                rep.rss_max_mb = max(rep.rss_max_mb, _rss_mb(pid))
+                rep.rounds += 1
+                time.sleep(0.5)
+        except Exception as e:  # a failed ctl is a finding, not a crash of the soak
+            rep.errors.append(f"driver: {type(e).__name__}: {e}")
+        rep.seconds = time.monotonic() - t0
+        stop.set()
+        pinger.send_signal(signal.SIGINT)
+        pinger.wait(10)
+        for th in threads:
+            th.join(10)
+        time.sleep(1.5)  # in flight: drained
+        rep.router_alive = t.router.poll() is None
+        rep.rss_end_mb = _rss_mb(pid) if rep.router_alive else 0.0
+        rep.udp_sent, rep.udp_received = traffic.sent, traffic.received
+        rep.corrupted, rep.scapy_checked = traffic.corrupted, traffic.checked
+        rep.max_gap_s = round(traffic.max_gap, 3)
+        rep.errors += traffic.errors[:10]
+        if rep.router_alive:
+            rep.accounting = _accounting(t)
+            rep.accounting_ok = rep.accounting["accounted"] == rep.accounting["entered"]
+            t.router.send_signal(signal.SIGTERM)
+            try:
+                rep.exit_status = t.router.wait(30)
+            except Exception:
+                rep.errors.append("router did not stop within 30 s of SIGTERM")
+        else:
+            rep.exit_status = t.router.returncode
+            rep.errors.append(t.log.read_text()[-2000:])
+        after = _port_state(t.rt, t.ports)
+        rep.port_diff = {k: (before[k], after.get(k)) for k in before if before[k] != after.get(k)}
+        rep.ports_restored = not rep.port_diff
+    log(json.dumps(asdict(rep), indent=1))
+    return rep
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as d:
+        rep = run(args.seconds, Path(d), args.seed)
+    ok = (rep.router_alive and rep.exit_status == 0 and rep.corrupted == 0
+          and rep.accounting_ok and rep.ports_restored)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
