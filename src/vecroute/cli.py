@@ -206,8 +206,15 @@ def run(config: str, log_level: str) -> None:
         signals.stopping()
         ports.restore_all()  # an interrupted cleanup resumed (signals are ignored by now)
     if error:
-        _fail(error)
-    sys.exit(status)
+        click.echo(f"vecroute: {error}", err=True)
+        status = EXIT_USER
+    # everything is given back: end here, without the interpreter's teardown (a full
+    # table is millions of objects freed one by one; a signal landing in that teardown,
+    # after Python has put the default handlers back, would end us with it)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 @main.command()

@@ -89,6 +89,7 @@ class Ports:
                 raise PortError(f"{name!r} is not a valid interface name")
         _ACTIVE.add(self)
         self._dir_fd = _open_private_dir(self.state_dir)
+        self._sweep()
         netns = os.stat("/proc/self/ns/net").st_ino
         for name in self.names:
             p = _Port(name, f"{netns}-{name}")
@@ -156,6 +157,34 @@ class Ports:
                 os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
                 return fd
             os.close(fd)  # its holder removed it as we opened it: take the new one
+
+    def _sweep(self) -> None:
+        """Remove the files of network namespaces that no longer exist: their ports went
+        with them (a lab's routers are SIGKILLed, then its namespaces deleted), and
+        nothing else would ever remove those files."""
+        live = _live_netns()
+        stale: dict[str, list[str]] = {}
+        for fname in os.listdir(self._dir_fd):
+            ino = fname.lstrip(".").partition("-")[0]
+            if ino.isdigit() and int(ino) not in live:
+                stale.setdefault(ino, []).append(fname)
+        for names in stale.values():
+            for fname in sorted(names, key=lambda n: n.endswith(".lock")):  # locks last
+                fd = -1
+                try:
+                    if fname.endswith(".lock"):
+                        fd = os.open(fname, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                     dir_fd=self._dir_fd)
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it
+                    os.unlink(fname, dir_fd=self._dir_fd)
+                except OSError:
+                    pass
+                finally:
+                    if fd >= 0:
+                        os.close(fd)
+        if stale:
+            log.info("removed the port records of %d network namespace(s) that no longer "
+                     "exist", len(stale))
 
     def _take_over(self, p: _Port) -> None:
         """A record on disk while we hold the lock: its run died without cleaning up."""
@@ -349,6 +378,22 @@ def _open_private_dir(path: str) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+def _live_netns() -> set[int]:
+    """The inodes of the network namespaces that exist: those of a process, those
+    bind-mounted by ``ip netns``."""
+    live = {os.stat("/proc/self/ns/net").st_ino}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                live.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+    for d in ("/run/netns", "/var/run/netns"):
+        with contextlib.suppress(OSError):
+            for n in os.listdir(d):
+                with contextlib.suppress(OSError):
+                    live.add(os.stat(os.path.join(d, n)).st_ino)
+    return live
 
 
 def _read(path: str | Path) -> str | None:
