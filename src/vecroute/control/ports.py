@@ -161,30 +161,37 @@ class Ports:
     def _sweep(self) -> None:
         """Remove the files of network namespaces that no longer exist: their ports went
         with them (a lab's routers are SIGKILLed, then its namespaces deleted), and
-        nothing else would ever remove those files."""
-        live = _live_netns()
-        stale: dict[str, list[str]] = {}
+        nothing else would ever remove those files. The directory is listed before the
+        namespaces are: a file listed belongs to a namespace that existed by then, so one
+        missing afterwards is gone. A port whose lock is held is never touched."""
+        keys: dict[str, list[str]] = {}
         for fname in os.listdir(self._dir_fd):
-            ino = fname.lstrip(".").partition("-")[0]
-            if ino.isdigit() and int(ino) not in live:
-                stale.setdefault(ino, []).append(fname)
-        for names in stale.values():
-            for fname in sorted(names, key=lambda n: n.endswith(".lock")):  # locks last
-                fd = -1
-                try:
-                    if fname.endswith(".lock"):
-                        fd = os.open(fname, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                     dir_fd=self._dir_fd)
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it
-                    os.unlink(fname, dir_fd=self._dir_fd)
-                except OSError:
-                    pass
-                finally:
-                    if fd >= 0:
-                        os.close(fd)
-        if stale:
-            log.info("removed the port records of %d network namespace(s) that no longer "
-                     "exist", len(stale))
+            key = fname.lstrip(".").removesuffix(".tmp").removesuffix(".json")
+            keys.setdefault(key.removesuffix(".lock"), []).append(fname)
+        live = _live_netns()
+        swept = 0
+        for key, names in keys.items():
+            ino = key.partition("-")[0]
+            if not ino.isdigit() or int(ino) in live:
+                continue
+            try:
+                fd = os.open(f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600, dir_fd=self._dir_fd)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                for fname in {*names, f"{key}.lock"}:
+                    with contextlib.suppress(OSError):
+                        os.unlink(fname, dir_fd=self._dir_fd)
+                swept += 1
+            except OSError:
+                pass  # held: someone uses it after all
+            finally:
+                os.close(fd)
+        if swept:
+            log.info("removed the records of %d port(s) of network namespaces that no "
+                     "longer exist", swept)
 
     def _take_over(self, p: _Port) -> None:
         """A record on disk while we hold the lock: its run died without cleaning up."""
