@@ -25,6 +25,7 @@ Only documentation addresses, in namespaces this file creates.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -141,8 +142,10 @@ def start(r: Rig, hook: str = "", config: Path | None = None, wait: bool = True,
     cfg = str(config or r.config)
     log = open(r.workdir / f"{tag}.log", "wb")  # noqa: SIM115 - closed with the process
     argv = [sys.executable, "-c", f"{hook}\nfrom vecroute.cli import main\nmain(['run', {cfg!r}])"]
+    # a session of its own, as a router started from a terminal has its process group:
+    # a "Ctrl-C" (SIGINT to the group) reaches it and the commands it runs, not pytest
     proc = r.lab.popen(r.rt, argv, stdout=log, stderr=subprocess.STDOUT,
-                       env={**os.environ, **(env or {})})
+                       env={**os.environ, **(env or {})}, start_new_session=True)
     proc.log = r.workdir / f"{tag}.log"  # type: ignore[attr-defined]
     if not wait:
         return proc
@@ -320,8 +323,9 @@ def test_sigterm_under_punt_flood_exits_in_time_and_second_signal_is_harmless(ri
         router.send_signal(signal.SIGTERM)
         time.sleep(0.05)
         while router.poll() is None and time.monotonic() - t0 < STOP_LIMIT_S:
-            router.send_signal(signal.SIGINT)  # Ctrl-C, again and again, while it stops
-            router.send_signal(signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # Ctrl-C again and again: the
+                os.killpg(router.pid, signal.SIGINT)  # group, the ip and tc it runs too
+                router.send_signal(signal.SIGTERM)
             time.sleep(0.01)
         rc = wait_exit(router, 0.5)
         took = time.monotonic() - t0

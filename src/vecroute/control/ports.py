@@ -48,6 +48,8 @@ DROP_PREF = 0xFFFF
 DROP_HANDLE = 0x7663
 DROP_BYTECODE = "1,6 0 0 2,"
 COMMAND_TIMEOUT = 10.0  # one ip/tc command (they answer in milliseconds)
+# ip and tc run in a session of their own: a Ctrl-C to the router's process group while
+# it restores its ports (the terminal signals the whole group) must not kill them
 IFF_UP = 0x1
 RECORD_VERSION = 1
 
@@ -426,7 +428,7 @@ def _same_device(name: str, rec: dict) -> bool:
 def _run(argv: list[str]) -> bool:
     try:
         return subprocess.run(argv, capture_output=True, check=False,
-                              timeout=COMMAND_TIMEOUT).returncode == 0
+                              timeout=COMMAND_TIMEOUT, start_new_session=True).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -434,7 +436,7 @@ def _run(argv: list[str]) -> bool:
 def _output(argv: list[str]) -> str:
     try:
         p = subprocess.run(argv, capture_output=True, text=True, check=False,
-                           timeout=COMMAND_TIMEOUT)
+                           timeout=COMMAND_TIMEOUT, start_new_session=True)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return p.stdout if p.returncode == 0 else ""
@@ -444,7 +446,7 @@ def _tc_json(*args: str) -> list | None:
     """``tc -j ARGS`` parsed, or None when tc is missing or fails."""
     try:
         p = subprocess.run(["tc", "-j", *args], capture_output=True, text=True, check=False,
-                           timeout=COMMAND_TIMEOUT)
+                           timeout=COMMAND_TIMEOUT, start_new_session=True)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if p.returncode != 0:
