@@ -25,6 +25,13 @@ class ConfigError(ValueError):
     """A user error in a configuration file (one line: file, key, problem)."""
 
 
+def valid_ifname(name: str) -> bool:
+    """Linux's dev_valid_name(): 1-15 bytes, not ``.``/``..``, no ``/``, ``:`` or white
+    space. Dots are fine (``eth0.100``)."""
+    return (0 < len(name.encode()) <= 15 and name not in (".", "..")
+            and not any(c in "/:" or c.isspace() for c in name))
+
+
 @dataclass
 class InterfaceConfig:
     name: str
@@ -229,8 +236,9 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         r = _Reader(path, f"interfaces[{n}]", t,
                     {"name", "mac", "addresses", "mtu", "table", "redirects"})
         name = r.get("name", str, required=True)
-        if not name or len(name) > 15 or "/" in name or " " in name:
-            raise r.err("name", f"{name!r} is not a valid interface name (1-15 chars)")
+        if not valid_ifname(name):
+            raise r.err("name", f"{name!r} is not a valid interface name (1-15 bytes, "
+                        "not . or .., no /, : or white space)")
         if name in names:
             raise r.err("name", f"interface {name!r} defined twice")
         names.add(name)

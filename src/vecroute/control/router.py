@@ -14,13 +14,10 @@ rings), timers, SIGHUP reloads (parsed and built in a helper thread, then swappe
 it can stall forwarding: a worker never waits for it, and what a worker hands it is
 bounded by the punt policer and the rings.
 
-The router owns its ports: at start it sets net.ipv4.conf.PORT.arp_ignore=8 (the kernel
-never answers ARP there), net.ipv4.conf.PORT.forwarding=0 (the kernel never routes what
-arrives there; it drops it silently), net.ipv6.conf.PORT.disable_ipv6=1 (no kernel
-NS/RS/DAD), installs a tc ingress drop (clsact + a one-instruction BPF "drop") so the
-kernel's IP stack never even looks at what arrives there (packet sockets see frames before
-tc ingress, so vecroute still receives everything), and brings the links up. The drop is
-removed on exit. Kernel IPv4 addresses on a port are reported.
+The router owns its ports while it runs (vecroute.control.ports: what it changes there and
+how it gives it back on every way out; one router per port). SIGINT/SIGTERM stop it
+cleanly at any moment, during start-up too; once it is stopping, more of them are logged
+and ignored, so the ports are always restored (StopSignals).
 """
 from __future__ import annotations
 
@@ -30,14 +27,16 @@ import ipaddress
 import logging
 import os
 import signal
-import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from vecroute.control.config import Config, ConfigError, load_config
 from vecroute.control.neighbors import NeighborTable
+from vecroute.control.ports import PortError, Ports
 from vecroute.control.punts import IcmpError, Pending, decode_punts, inject_frame, inject_packets
 from vecroute.control.server import ControlServer
 from vecroute.fib.fib import Fib, RouteError
@@ -52,10 +51,81 @@ log = logging.getLogger("vecroute.router")
 TICK_S = 0.1  # neighbour timers run every 100 ms
 PUNTS_PER_CALLBACK = 256  # then let the event loop serve others before reading more
 WORKER_CALL_TIMEOUT = 5.0  # a worker answers a call between two batches: normally < 1 ms
+WORKER_STOP_TIMEOUT = 5.0  # all workers together; one leaves its loop within ~100 ms
+CLIENTS_CLOSE_TIMEOUT = 2.0  # control connections being torn down at exit
 
 
 class StartupError(RuntimeError):
     """The router cannot start (not root, missing interface, bad config): one line, exit 2."""
+
+
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM before the router runs: unwinds the start-up, whose cleanup restores
+    the ports. A BaseException, like KeyboardInterrupt, so no ``except Exception`` eats it."""
+
+
+class StopSignals:
+    """SIGINT, SIGTERM and SIGHUP over the router's whole life, so that no signal can end
+    the process with its ports still changed.
+
+    Starting: the first SIGINT/SIGTERM raises Interrupted in the main thread (the start-up
+    unwinds and cleans up); a SIGHUP is kept for when the router runs. Running: the first
+    one asks the event loop to stop; SIGHUP reloads. From the first stop request on (or
+    once the router stops by itself), more SIGINT/SIGTERM/SIGHUP are logged and ignored:
+    a second Ctrl-C must not abort the cleanup (SIGKILL still ends everything; the next
+    start restores the ports then)."""
+
+    _installed: StopSignals | None = None
+
+    @classmethod
+    def install(cls) -> StopSignals:
+        """The process's handlers (installed once, from the main thread)."""
+        if cls._installed is None:
+            cls._installed = cls()
+        return cls._installed
+
+    def __init__(self) -> None:
+        self.phase = "starting"  # -> running -> stopping
+        self._stop: Callable[[], None] | None = None
+        self._reload: Callable[[], None] | None = None
+        self.reload_pending = False
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self._handle)
+
+    def running(self, stop: Callable[[], None], reload: Callable[[], None]) -> None:
+        """From now on a stop signal calls ``stop`` and SIGHUP ``reload`` (both must only
+        schedule work: they run inside a signal handler)."""
+        self._stop, self._reload = stop, reload
+        if self.phase == "starting":
+            self.phase = "running"
+        if self.reload_pending:
+            self.reload_pending = False
+            reload()
+
+    def stopping(self) -> None:
+        """The process is on its way out: every further signal is ignored."""
+        self.phase = "stopping"
+
+    def _handle(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if signum == signal.SIGHUP:
+            if self.phase == "running" and self._reload is not None:
+                self._reload()
+            elif self.phase == "starting":
+                self.reload_pending = True
+            else:
+                log.info("%s ignored: stopping", name)
+            return
+        if self.phase == "stopping":
+            log.warning("%s: already stopping (the ports are restored first)", name)
+            return
+        was, self.phase = self.phase, "stopping"
+        if was == "running" and self._stop is not None:
+            log.info("%s: stopping", name)
+            self._stop()
+            return
+        log.info("%s during start-up: stopping", name)
+        raise Interrupted(name)
 
 
 def read_mac(ifname: str) -> bytes:
@@ -66,77 +136,12 @@ def read_mac(ifname: str) -> bytes:
     return bytes(int(b, 16) for b in text.split(":"))
 
 
-def _sysctl(path: str, value: str) -> None:
-    try:
-        Path("/proc/sys", path.replace(".", "/")).write_text(value)
-    except OSError as e:
-        log.warning("cannot set %s=%s: %s", path, value, e.strerror)
-
-
 def tx_mode(ifname: str, configured: str) -> str:
     """``auto``: sendmmsg on virtual devices (veth, tap: the kernel copies TX-ring frames
     into new pages there anyway), the zero-copy TX ring on devices with hardware."""
     if configured != "auto":
         return configured
     return "ring" if Path(f"/sys/class/net/{ifname}/device").exists() else "sendmmsg"
-
-
-def prepare_port(ifname: str) -> None:
-    """Make the kernel keep its hands off a router port (see the module docstring)."""
-    _sysctl(f"net.ipv4.conf.{ifname}.arp_ignore", "8")
-    _sysctl(f"net.ipv4.conf.{ifname}.forwarding", "0")
-    _sysctl(f"net.ipv6.conf.{ifname}.disable_ipv6", "1")
-    subprocess.run(["ip", "link", "set", "dev", ifname, "up"], check=False, capture_output=True)
-    # An ingress drop: packet sockets see frames before tc ingress, so vecroute still gets
-    # everything, while the kernel's own IP stack no longer spends a route lookup on each
-    # frame (measured: that work ran on the sender's core and capped the veth rate).
-    subprocess.run(
-        ["tc", "qdisc", "del", "dev", ifname, "clsact"], capture_output=True, check=False
-    )
-    ok = (
-        subprocess.run(
-            ["tc", "qdisc", "add", "dev", ifname, "clsact"], capture_output=True, check=False
-        ).returncode
-        == 0
-        and subprocess.run(
-            [
-                "tc",
-                "filter",
-                "add",
-                "dev",
-                ifname,
-                "ingress",
-                "pref",
-                "1",
-                "bpf",
-                "da",
-                "bytecode",
-                "1,6 0 0 2,",
-            ],
-            capture_output=True,
-            check=False,
-        ).returncode
-        == 0
-    )
-    if not ok:
-        log.warning(
-            "%s: no tc ingress drop (tc or cls_bpf missing); the kernel will also "
-            "look at every frame received there",
-            ifname,
-        )
-    out = subprocess.run(
-        ["ip", "-4", "-o", "addr", "show", "dev", ifname],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    if out.strip():
-        log.warning(
-            "%s has kernel IPv4 addresses; the kernel will also answer for them: %s",
-            ifname,
-            " ".join(line.split()[3] for line in out.splitlines()),
-        )
-
 
 
 class LiveRouter:
@@ -147,15 +152,30 @@ class LiveRouter:
             raise StartupError("must run as root (AF_PACKET sockets need CAP_NET_RAW)")
         self.cfg = cfg
         self.config_path = cfg.path
+        self.workers: list[DataPlaneWorker] = []
+        self.server: ControlServer | None = None
+        self.ports = Ports([i.name for i in cfg.interfaces]) if prepare_ports else None
+        self._closed = False
+        try:
+            self._start(cfg)
+        except BaseException as e:
+            # whatever stopped the start (an error, SIGTERM), the ports are given back
+            if StopSignals._installed is not None:
+                StopSignals._installed.stopping()
+            self.close(quiet=True)
+            if isinstance(e, PortError):
+                raise StartupError(str(e)) from None
+            raise
+
+    def _start(self, cfg: Config) -> None:
+        self.macs = {itf.name: read_mac(itf.name) for itf in cfg.interfaces}
+        if self.ports is not None:
+            self.ports.claim()  # a second router on a port stops here, before any change
         from vecroute.warmup import warm
 
         # no JIT pause on a first packet or ctl
         # the firewall variants too: a reload may add a [firewall] section
         log.info("kernels ready in %.1f s", warm(firewall=True))
-        self.macs = {itf.name: read_mac(itf.name) for itf in cfg.interfaces}
-        if prepare_ports:
-            for itf in cfg.interfaces:
-                prepare_port(itf.name)
         try:
             dp = build_dataplane(cfg, self.macs)
             self.fib = dp.fib
@@ -164,28 +184,24 @@ class LiveRouter:
             raise StartupError(str(e)) from None
         except ConfigError as e:  # a rule naming a table that does not exist, say
             raise StartupError(str(e)) from None
+        if self.ports is not None:
+            self.ports.prepare()  # the tables are built: from here on, the ports are ours
         self.neigh = NeighborTable(self.fib, self._send_frame, self._reinject,
                                    cfg.neighbor_table)
         self.n_workers = cfg.router.workers
-        self.workers: list[DataPlaneWorker] = []
         self.loop: asyncio.AbstractEventLoop | None = None
         self._published: tuple | None = None
         tables = self._tables()
         group = (os.getpid() * 16) & 0xFFFF
-        try:
-            for k in range(self.n_workers):
-                # sockets are opened worker after worker: every port's fanout group then
-                # lists the workers in the same order, so the symmetric fanout hash sends
-                # both directions of a flow to the same worker (its firewall has the state)
-                socks = self._open_sockets(group if self.n_workers > 1 else None)
-                self.workers.append(DataPlaneWorker(
-                    k, socks, tables.with_runtime(None), cfg.router.vector_size, firewalls[k],
-                    policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
-                ))
-        except BaseException:
-            for w in self.workers:
-                w.close()
-            raise
+        for k in range(self.n_workers):
+            # sockets are opened worker after worker: every port's fanout group then
+            # lists the workers in the same order, so the symmetric fanout hash sends
+            # both directions of a flow to the same worker (its firewall has the state)
+            socks = self._open_sockets(group if self.n_workers > 1 else None)
+            self.workers.append(DataPlaneWorker(
+                k, socks, tables.with_runtime(None), cfg.router.vector_size, firewalls[k],
+                policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
+            ))
         self.server = ControlServer(cfg.control.socket, self)
         self._stopped: asyncio.Future | None = None
         self._outbox: dict[int, list] = defaultdict(list)  # injections until the next flush
@@ -406,9 +422,7 @@ class LiveRouter:
                 # Python would wait for it), then they are frozen out of later passes
                 gc.disable()
                 try:
-                    cfg, fib, firewalls = await asyncio.get_running_loop().run_in_executor(
-                        None, self._build, self.config_path
-                    )
+                    cfg, fib, firewalls = await _in_daemon_thread(self._build, self.config_path)
                 except (ConfigError, RouteError, OSError) as e:
                     log.error("reload failed, keeping the running configuration: %s", e)
                 else:
@@ -439,15 +453,13 @@ class LiveRouter:
     # -- the control plane's loop -----------------------------------------------------------
 
     def run(self) -> None:
+        signals = StopSignals.install()
         loop = self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         # a worker returning to Python (a table swap) waits at most this long for the GIL
         old_switch = sys.getswitchinterval()
         sys.setswitchinterval(0.0005)
         self._stopped = loop.create_future()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._request_stop)
-        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self._reload()))
         # the tables built so far (a full table: millions of objects) stay out of the
         # garbage collector's passes, which hold the GIL while they run
         gc.freeze()
@@ -457,15 +469,26 @@ class LiveRouter:
                 loop.add_reader(w.punt_fd, self._drain, w)
                 w.start()
             loop.run_until_complete(self.server.start())
+            # handlers run in the main thread; the loop wakes for them within one tick
+            signals.running(lambda: loop.call_soon_threadsafe(self._request_stop),
+                            lambda: loop.call_soon_threadsafe(
+                                lambda: loop.create_task(self._reload())))
             loop.call_later(TICK_S, self._tick)
             loop.run_until_complete(self._stopped)
         finally:
+            signals.stopping()
             sys.setswitchinterval(old_switch)
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
             self.close()
-            loop.run_until_complete(self.server.wait_closed())
-            loop.close()
+            try:
+                for task in asyncio.all_tasks(loop):
+                    task.cancel()  # a reload being built, say
+                loop.run_until_complete(asyncio.wait_for(
+                    asyncio.gather(self.server.wait_closed(), *asyncio.all_tasks(loop),
+                                   return_exceptions=True), CLIENTS_CLOSE_TIMEOUT))
+            except (TimeoutError, RuntimeError) as e:
+                log.warning("control connections not closed in time: %s", e)
+            finally:
+                loop.close()
 
     def _request_stop(self) -> None:
         self.stop = True
@@ -480,17 +503,59 @@ class LiveRouter:
         self.failed = True
         self._request_stop()
 
-    def close(self) -> None:
+    def close(self, quiet: bool = False) -> None:
+        """Stop the workers (WORKER_STOP_TIMEOUT for all of them), close the control
+        socket, give the ports back. Once only; bounded in time."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = getattr(self, "loop", None)
+        if loop is not None and not loop.is_closed():
+            for w in self.workers:
+                loop.remove_reader(w.punt_fd)
         for w in self.workers:
             w.request_stop()  # all of them at once, then wait for each
+        deadline = time.monotonic() + WORKER_STOP_TIMEOUT
         for w in self.workers:
-            w.close()
-        for itf in self.cfg.interfaces:
-            subprocess.run(
-                ["tc", "qdisc", "del", "dev", itf.name, "clsact"], capture_output=True, check=False
-            )
-        self.server.close()
-        log.info("vecroute stopped")
+            w.stop(max(0.0, deadline - time.monotonic()))
+        for w in self.workers:
+            if w.alive():  # its rings stay mapped: unmapping them under its loop would crash
+                log.error("worker %d did not stop within %.0f s", w.index, WORKER_STOP_TIMEOUT)
+            else:
+                w.close()
+        if self.server is not None:
+            self.server.close()
+        if self.ports is not None:
+            self.ports.restore()
+        if not quiet:
+            log.info("vecroute stopped")
+
+
+async def _in_daemon_thread(fn: Callable, *args: object) -> object:
+    """``fn(*args)`` in a daemon thread: unlike the default executor's threads, which the
+    interpreter joins at exit, a big reload being built never delays a stop."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+
+    def settle(ok: bool, value: object) -> None:
+        if not fut.done():
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)  # type: ignore[arg-type]
+
+    def body() -> None:
+        try:
+            out = (True, fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+            out = (False, e)
+        try:
+            loop.call_soon_threadsafe(settle, *out)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=body, name="vecroute-reload", daemon=True).start()
+    return await fut
 
 
 def _log_failure(fut) -> None:

@@ -302,9 +302,14 @@ def _peer(conn) -> tuple[int, int]:
 
 
 def _alive(path: str) -> bool:
+    """Someone listens on ``path`` (a listener whose backlog is full, and so makes connect
+    wait, counts as alive: the start never hangs on it)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2.0)
     try:
         s.connect(path)
+        return True
+    except (TimeoutError, BlockingIOError):  # EAGAIN: a listener with a full backlog
         return True
     except OSError:
         return False
