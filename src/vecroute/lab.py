@@ -99,15 +99,20 @@ def build(
     return t
 
 
-def start_router(t: Topology, timeout: float = 180.0) -> None:
-    """Run `vecroute run` in the router namespace and wait until it answers ctl."""
+def start_router(
+    t: Topology, timeout: float = 180.0, argv: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Run `vecroute run` (or ``argv``, a wrapper around it) in the router namespace and
+    wait until it answers ctl; the log is appended to (a restart keeps the first run's)."""
     t.log = t.workdir / "router.log"
-    logf = open(t.log, "wb")  # noqa: SIM115 - closed with the lab's processes
+    logf = open(t.log, "ab")  # noqa: SIM115 - closed with the lab's processes
     t.router = t.lab.popen(
         t.rt,
-        [sys.executable, "-m", "vecroute.cli", "run", str(t.config)],
+        argv or [sys.executable, "-m", "vecroute.cli", "run", str(t.config)],
         stdout=logf,
         stderr=subprocess.STDOUT,
+        env=env,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

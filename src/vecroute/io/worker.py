@@ -128,6 +128,7 @@ class DataPlaneWorker:
             "alive": self.alive(),
             "batches": int(c[L.W_BATCHES]),
             "packets": int(c[L.W_PACKETS]),
+            "generated": int(c[L.W_GENERATED]),
             "sleeps": int(c[L.W_SLEEPS]),
             "punted": int(c[L.W_PUNTED]),
             "entries": int(c[L.W_ENTRIES]),

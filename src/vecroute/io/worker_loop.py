@@ -58,6 +58,7 @@ W_SLEEPS = 11  # poll(2) calls that slept
 W_HEARTBEAT = 12  # CLOCK_MONOTONIC of the last pass: a supervisor sees a stuck worker
 W_PUNTED = 13  # records published on the punt ring
 W_ENTRIES = 14  # calls into the loop from Python
+W_GENERATED = 15  # slots the graph filled itself (ARP/NS requests, fragments, copies to punt)
 W_COLS = 16
 POLICY_ADAPTIVE = 0
 POLICY_INTERRUPT = 1
@@ -161,6 +162,7 @@ def forward_loop(
         run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
         ctl[W_BATCHES] += 1
         ctl[W_PACKETS] += n
+        ctl[W_GENERATED] += nalloc[0] - n
         nt = txn[0]
         if nt:
             for p in range(n_ports):
