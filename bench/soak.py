@@ -81,6 +81,7 @@ class Report:
     rss_start_mb: float = 0.0  # of the router running at the end, after its warm-up
     rss_max_mb: float = 0.0
     rss_end_mb: float = 0.0
+    rss_samples: list = field(default_factory=list)  # (seconds, MB), one per round
     worker_killed: bool = False
     kill_exit_status: int | None = None
     kill_exit_s: float = 0.0
@@ -253,7 +254,12 @@ def _hostile_clients(path: str) -> int:
     def raw(data: bytes, read: bool = True) -> None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(10)
-            s.connect(path)
+            for _ in range(100):  # a backlog still full of the last round's crowd: wait
+                try:
+                    s.connect(path)
+                    break
+                except BlockingIOError:
+                    time.sleep(0.02)
             try:
                 s.sendall(data)
                 if read:
@@ -409,7 +415,9 @@ def run(seconds: float, workdir: Path, seed: int = 1, kill_worker: bool = True,
                 st = {r["stat"]: r["count"] for r in t.ctl("show", "neighbors", "stats")["data"]}
                 rep.neighbor_entries_max = max(rep.neighbor_entries_max, st.get("entries ipv4", 0),
                                                st.get("entries ipv6", 0))
-                rep.rss_max_mb = max(rep.rss_max_mb, _rss_mb(pid))
+                rss = _rss_mb(pid)
+                rep.rss_max_mb = max(rep.rss_max_mb, rss)
+                rep.rss_samples.append((round(time.monotonic() - t0, 1), round(rss, 1)))
                 rep.rounds += 1
                 time.sleep(0.5)
         except Exception as e:  # a failed ctl is a finding, not a crash of the soak

@@ -51,6 +51,7 @@ log = logging.getLogger("vecroute.router")
 TICK_S = 0.1  # neighbour timers run every 100 ms
 PUNTS_PER_CALLBACK = 256  # then let the event loop serve others before reading more
 WORKER_CALL_TIMEOUT = 5.0  # a worker answers a call between two batches: normally < 1 ms
+WORKER_CALL_LONGEST = 60.0  # a call it has started (a 10K-rule compile: ~1 s) finishes
 WORKER_STOP_TIMEOUT = 5.0  # all workers together; one leaves its loop within ~100 ms
 CLIENTS_CLOSE_TIMEOUT = 2.0  # control connections being torn down at exit
 
@@ -295,11 +296,20 @@ class LiveRouter:
         """``fn(worker)`` in the worker's thread; its answer (a ctl command waits for it)."""
         if not w.alive():
             raise ValueError(f"worker {w.index} is not running")
+        fut = w.call(fn)
         try:
-            return w.call(fn).result(WORKER_CALL_TIMEOUT)
+            return fut.result(WORKER_CALL_TIMEOUT)
         except TimeoutError:
-            raise ValueError(f"worker {w.index} did not answer within "
-                             f"{WORKER_CALL_TIMEOUT:.0f} s") from None
+            if fut.cancel():  # not started: it never will, so nothing changed
+                raise ValueError(f"worker {w.index} did not answer within "
+                                 f"{WORKER_CALL_TIMEOUT:.0f} s; nothing changed") from None
+        # it is running (a long rule compile): its answer is on its way, and a change must
+        # reach every worker, or their firewalls would differ
+        try:
+            return fut.result(WORKER_CALL_LONGEST)
+        except TimeoutError:
+            log.error("worker %d is stuck in a call for %.0f s", w.index, WORKER_CALL_LONGEST)
+            raise ValueError(f"worker {w.index} is stuck; see the log") from None
 
     def fw_command(self, argv: list[str]) -> str:
         """A ``ctl fw`` command, applied by each worker to its own firewall between two
