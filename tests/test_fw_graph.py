@@ -332,10 +332,13 @@ def test_keep_state_lets_replies_in_but_not_new_flows_from_outside() -> None:
 
 
 def test_state_table_full_drops_new_flows_only() -> None:
+    """Full of answered flows: a new one is refused (an unanswered state would have been
+    evicted for it, tests/test_fw_flood.py)."""
     r = fw_router("100 allow udp from any to any keep-state", max_states=2)
     flows = [eth() / IP(src=H0_IP4, dst=DST4) / UDP(sport=1000 + k, dport=53) for k in range(3)]
-    res = r.run(flows, now_ns=SEC)
-    assert res.fates == ["tx", "tx", "drop"]
+    back = [from_n1(IP(src=DST4, dst=H0_IP4) / UDP(sport=53, dport=1000 + k)) for k in range(2)]
+    res = r.run([flows[0], flows[1], *back, flows[2]], now_ns=SEC)
+    assert res.fates == ["tx", "tx", "tx", "tx", "drop"]
     assert res.c("fw-state-full") == 1
     again = r.run(flows[:2], now_ns=2 * SEC)  # existing flows keep working
     assert again.fates == ["tx", "tx"]
