@@ -34,10 +34,10 @@ from spoofed sources makes only embryonic states, and two things keep it from cr
 out real flows: above ``FC_ADAPT_START`` states an embryonic state's lifetime is scaled
 by (end - states) / (end - start) (pf's adaptive timeouts, defaults 60% and 120% of
 ``max_states``; established states are not scaled), and a new state that finds
-``max_states`` states evicts the embryonic state that expires first among the next
-``EVICT_SCAN`` states from the sweep cursor (Linux conntrack's early_drop). Only when
-those hold no embryonic state is the new flow refused (``FC_FULL_DROPS``): answered flows
-are never evicted.
+``max_states`` states looks at the next ``EVICT_SCAN`` states from the sweep cursor and
+takes the row of the first expired one, else evicts the embryonic one that expires first
+(Linux conntrack's early_drop). Only when those hold neither is the new flow refused
+(``FC_FULL_DROPS``): answered flows are never evicted.
 
 Reclaiming never pauses forwarding: a lookup that meets its own key expired deletes it on
 the spot (lazy expiry), and every batch sweeps a bounded number of rows (``FC_SWEEP``,
@@ -129,8 +129,7 @@ _ANY_RST = TH_RST | (TH_RST << 8)
 
 MIN_CAPACITY = 1024
 SWEEP_DEFAULT = 64
-FULL_SWEEP = 256  # rows a new state that finds the table full sweeps for expired ones
-EVICT_SCAN = 64  # then the states it looks at for an embryonic one to evict ...
+EVICT_SCAN = 64  # states a new state that finds the table full looks at to make room ...
 EVICT_ROWS = 1024  # ... in at most this many rows (a sparse table: a small max_states)
 
 
@@ -304,8 +303,8 @@ def state_insert(st, ctl, ahi, alo, bhi, blo, ports, meta, ab, rule, now):
     """Create a state for a key known to be absent; returns its row, or -1 when full.
 
     An expired row met on the probe path is reused. Without one, a table holding
-    ``max_states`` rows first sweeps ``FULL_SWEEP`` rows for expired ones, then evicts an
-    embryonic state (:func:`evict_embryonic`), and refuses only when it finds none."""
+    ``max_states`` rows makes room (:func:`make_room`: an expired state, else an
+    embryonic one) and refuses only when it finds none."""
     mask = st.shape[0] - 1
     j = _home(ahi, alo, bhi, blo, ports, meta, mask)
     while st[j, ST_META] != 0 and st[j, ST_EXPIRE] > now:
@@ -315,13 +314,10 @@ def state_insert(st, ctl, ahi, alo, bhi, blo, ports, meta, ab, rule, now):
         ctl[FC_COUNT] -= 1
     else:
         if ctl[FC_COUNT] >= ctl[FC_MAX]:
-            sweep_states(st, ctl, now, FULL_SWEEP)
-            if ctl[FC_COUNT] >= ctl[FC_MAX] and not evict_embryonic(
-                st, ctl, now, EVICT_SCAN, EVICT_ROWS
-            ):
+            if not make_room(st, ctl, now, EVICT_SCAN, EVICT_ROWS):
                 ctl[FC_FULL_DROPS] += 1
                 return -1
-            # the sweep or the eviction may have moved rows: find the free row again
+            # removing a row may have moved others: find the free row again
             j = _home(ahi, alo, bhi, blo, ports, meta, mask)
             while st[j, ST_META] != 0 and st[j, ST_EXPIRE] > now:
                 j = (j + 1) & mask
@@ -406,11 +402,11 @@ def sweep_states(st, ctl, now, budget):
 
 
 @njit(cache=True, nogil=True)
-def evict_embryonic(st, ctl, now, states, rows):
-    """Make room in a full table: of the next ``states`` states from the cursor on (at
-    most ``rows`` rows; the cursor stays), remove the embryonic one that expires first, or
-    the first expired one met. False when they hold neither (answered states are never
-    evicted)."""
+def make_room(st, ctl, now, states, rows):
+    """A full table, one row to free: look at the next ``states`` states from the sweep
+    cursor on (at most ``rows`` rows, the cursor moving past them, as the sweep would);
+    reclaim the first expired one, else evict the embryonic one that expires first. False
+    when they hold neither (answered states are never evicted)."""
     mask = st.shape[0] - 1
     c = ctl[FC_CURSOR] & mask
     best = -1
@@ -419,18 +415,20 @@ def evict_embryonic(st, ctl, now, states, rows):
     for _ in range(min(rows, st.shape[0])):
         m = st[c, ST_META]
         if m != 0:
-            seen += 1
-            if seen > states:
-                break
             e = st[c, ST_EXPIRE]
             if e <= now:
                 _count_expired(st, ctl, c)
-                _remove_at(st, ctl, c)
+                _remove_at(st, ctl, c)  # rows move into c and after it, never into best
+                ctl[FC_CURSOR] = c
                 return True
+            seen += 1
+            if seen > states:
+                break
             if _embryonic(m & 0xFFFF, st[c, ST_FLAGS]) and (best < 0 or e < best_exp):
                 best = c
                 best_exp = e
         c = (c + 1) & mask
+    ctl[FC_CURSOR] = c
     if best < 0:
         return False
     _remove_at(st, ctl, best)
