@@ -269,7 +269,8 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("fw-reset", "fw-in", "drop",
             "rejected by a firewall `reset` rule: answered with a TCP RST"),
     Counter("fw-state-full", "fw-in", "drop",
-            "keep-state found the state table full (max_states): new flow dropped"),
+            "keep-state found the state table full (max_states) and no expired or"
+            " unanswered state to evict: new flow dropped"),
     Counter("tcp-reset-sent", "tcp-reset", "event",
             "TCP RST sent for a `reset` rule or a closed port (counted when it leaves)"),
     Counter("fw-reset-suppressed", "tcp-reset", "event",
