@@ -25,7 +25,7 @@ from vecroute.control.config import parse_config
 from vecroute.graph.counters import COUNTERS
 from vecroute.graph.dataplane import build_dataplane
 from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX, FREE
-from vecroute.graph.state import icmp_bucket
+from vecroute.graph.state import TB_RST, icmp_bucket
 from vecroute.packet.batch import M_NEXT, M_ORIG, M_SEQ, M_TX, MAX_FRAME, SLOT, PacketBatch
 
 # --- numba cache hygiene -----------------------------------------------------------------------
@@ -96,7 +96,7 @@ def base_config(**overrides) -> dict:
             {"ip": N3_IP4, "mac": N3, "interface": "eth3"},
             {"ip": N3_IP6, "mac": N3, "interface": "eth3"},
         ],
-        "icmp": {"rate": 1000, "burst": 1000},
+        "icmp": {"rate": 1000, "burst": 1000, "tcp_reset_burst": 1000},
     }
     cfg.update(overrides)
     return cfg
@@ -211,7 +211,7 @@ class Router:
         return {c.name: int(v) for c, v in zip(COUNTERS, self.state.counters, strict=True)}
 
     def set_icmp_rate(self, rate: int, burst: int) -> None:
-        self.state.icmp_tb[:] = icmp_bucket(rate, burst)
+        self.state.icmp_tb[:TB_RST] = icmp_bucket(rate, burst)[:TB_RST]
 
     def run(
         self, packets, rx: str = "eth0", now_ns: int = 0, ts_ns=None, guard: bool = False

@@ -58,6 +58,7 @@ interface = "eth1"
 [icmp]
 rate = 100
 burst = 10
+tcp_reset_rate = 20
 
 [router]
 vector_size = 128
@@ -81,6 +82,7 @@ def test_good_config(tmp_path: Path) -> None:
     assert cfg.routes[1].weights == [1, 3] and len(cfg.routes[1].via) == 2
     assert cfg.routes[3].blackhole and cfg.routes[4].dev == "eth1"
     assert (cfg.icmp.rate, cfg.icmp.burst, cfg.router.vector_size) == (100, 10, 128)
+    assert (cfg.icmp.tcp_reset_rate, cfg.icmp.tcp_reset_burst) == (20, 50)
 
 
 def test_demo_config() -> None:
@@ -167,6 +169,7 @@ BAD = [
         "not an IPv4 or IPv6 address",
     ),
     ("[icmp]\nrate = -1\n", "icmp.rate", "out of range"),
+    ("[icmp]\ntcp_reset_burst = -1\n", "icmp.tcp_reset_burst", "out of range"),
     ('[router]\nvector_size = "big"\n', "router.vector_size", "expected int"),
 ]
 

@@ -275,6 +275,37 @@ def test_reset_never_answers_a_rst_or_a_non_tcp_packet() -> None:
     assert res.tx == [] and res.c("fw-deny") == 2 and res.c("tcp-reset-sent") == 0
 
 
+def test_reset_rst_rate_is_limited_and_configurable() -> None:
+    """A SYN flood at a `reset` rule gets at most the RST bucket's burst at once (default
+    50, refilled at 1000/s), the rest only dropped; [icmp] tcp_reset_rate/_burst set it."""
+    cfg = base_config(firewall={"default": "deny", "rules": ["100 reset tcp from any to any 22"]})
+    cfg["icmp"] = {"rate": 1000, "burst": 1000}  # the RST bucket keeps its defaults
+    r = Router(cfg)
+    syns = [eth() / IP(src=H0_IP4, dst=DST4) / TCP(sport=1024 + k, dport=22, flags="S")
+            for k in range(80)]
+    res = r.run(syns, now_ns=SEC)
+    assert len(res.tx) == 50 and res.c("tcp-reset-sent") == 50
+    assert res.c("tcp-reset-rate-limited") == 30 and res.c("fw-reset") == 80
+    assert res.c("icmp-rate-limited") == 0
+    res.check_accounting()
+    later = r.run(syns[:20], now_ns=SEC + 10_000_000)  # 10 ms: 10 tokens back
+    assert len(later.tx) == 10 and later.c("tcp-reset-rate-limited") == 10
+    # configured, and shared with the RSTs for closed ports at the router's addresses
+    cfg["icmp"] = {"tcp_reset_rate": 1, "tcp_reset_burst": 2}
+    cfg["firewall"]["rules"].append("200 allow ip from any to me")
+    r = Router(cfg)
+    closed = eth() / IP(src=H0_IP4, dst=R0_IP4) / TCP(sport=5, dport=9, flags="S")
+    res = r.run([syns[0], closed, syns[1], closed], now_ns=SEC)
+    assert len(res.tx) == 2 and res.c("tcp-reset-rate-limited") == 2
+    assert r.run([closed], now_ns=2 * SEC).c("tcp-reset-sent") == 1
+    # the ICMP errors' bucket is another one: a reject still answers
+    r = Router(base_config(firewall={"rules": ["100 reset tcp from any to any 22",
+                                               "200 reject udp from any to any"]},
+                           icmp={"tcp_reset_rate": 0, "tcp_reset_burst": 0}))
+    res = r.run([syns[0], eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=7)], now_ns=SEC)
+    assert res.c("tcp-reset-rate-limited") == 1 and res.c("icmp-error-sent") == 1
+
+
 # -- keep-state ------------------------------------------------------------------------------
 
 
@@ -301,10 +332,13 @@ def test_keep_state_lets_replies_in_but_not_new_flows_from_outside() -> None:
 
 
 def test_state_table_full_drops_new_flows_only() -> None:
+    """Full of answered flows: a new one is refused (an unanswered state would have been
+    evicted for it, tests/test_fw_flood.py)."""
     r = fw_router("100 allow udp from any to any keep-state", max_states=2)
     flows = [eth() / IP(src=H0_IP4, dst=DST4) / UDP(sport=1000 + k, dport=53) for k in range(3)]
-    res = r.run(flows, now_ns=SEC)
-    assert res.fates == ["tx", "tx", "drop"]
+    back = [from_n1(IP(src=DST4, dst=H0_IP4) / UDP(sport=53, dport=1000 + k)) for k in range(2)]
+    res = r.run([flows[0], flows[1], *back, flows[2]], now_ns=SEC)
+    assert res.fates == ["tx", "tx", "tx", "tx", "drop"]
     assert res.c("fw-state-full") == 1
     again = r.run(flows[:2], now_ns=2 * SEC)  # existing flows keep working
     assert again.fates == ["tx", "tx"]

@@ -77,7 +77,9 @@ def test_ipv6_and_icmp_states():
     "steps, life",
     [
         ([(0, SYN)], 20),  # SYN seen one way only
-        ([(0, SYN), (1, SYN | ACK)], 300),  # both SYNs: established
+        ([(0, SYN), (1, SYN | ACK)], 20),  # both SYNs, not acknowledged: still embryonic
+        ([(0, SYN), (1, SYN | ACK), (0, ACK)], 300),  # handshake completed: established
+        ([(0, SYN), (0, ACK), (1, SYN | ACK)], 20),  # an ACK before the SYN-ACK: no
         ([(0, SYN), (1, SYN | ACK), (0, ACK), (0, FIN | ACK)], 300),  # one side closing
         ([(0, SYN), (1, SYN | ACK), (0, FIN | ACK), (1, FIN | ACK)], 1),  # both FINs
         ([(0, SYN), (1, SYN | ACK), (1, RST)], 1),  # reset
@@ -114,9 +116,12 @@ def test_udp_other_lifetimes_and_configured_values():
 
 
 def test_max_states_drops_new_flows_only():
+    """A table full of answered flows refuses new ones (unanswered states would be evicted
+    to make room: test_fw_flood.py)."""
     fw = firewall(max_states=3)
     for p in range(3):
         assert go(fw, make_key(IN, OUT, 17, 1000 + p, 53), S)[1] == 300
+        assert go(fw, make_key(OUT, IN, 17, 53, 1000 + p), S)[1] == 300
     v, rule, aux = go(fw, make_key(IN, OUT, 17, 2000, 53), S)
     assert (v, rule, aux) == (V_DROP, 300, DROP_STATE_FULL)
     assert fw.counters()["full-drops"] == 1

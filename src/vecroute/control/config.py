@@ -118,6 +118,8 @@ def _neighbor_settings(path: str, table: Any) -> NeighborSettings:
 class IcmpConfig:
     rate: int = 1000  # errors per second (Linux net.ipv4.icmp_msgs_per_sec)
     burst: int = 50  # bucket size (Linux net.ipv4.icmp_msgs_burst)
+    tcp_reset_rate: int = 1000  # RSTs per second (`reset` rules, closed ports; a bucket apart)
+    tcp_reset_burst: int = 50
 
 
 @dataclass
@@ -311,8 +313,15 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
 
     icmp = IcmpConfig()
     if "icmp" in data:
-        r = _Reader(path, "icmp", data["icmp"], {"rate", "burst"})
-        icmp = IcmpConfig(r.int_range("rate", 1000, 0, 10**7), r.int_range("burst", 50, 0, 10**6))
+        r = _Reader(
+            path, "icmp", data["icmp"], {"rate", "burst", "tcp_reset_rate", "tcp_reset_burst"}
+        )
+        icmp = IcmpConfig(
+            r.int_range("rate", 1000, 0, 10**7),
+            r.int_range("burst", 50, 0, 10**6),
+            r.int_range("tcp_reset_rate", 1000, 0, 10**7),
+            r.int_range("tcp_reset_burst", 50, 0, 10**6),
+        )
     router = RouterConfig()
     if "router" in data:
         r = _Reader(

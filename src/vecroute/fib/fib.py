@@ -95,7 +95,7 @@ class Fib:
         self.interfaces: list[Interface] = []
         self.routes: dict[tuple[int, IPNetwork], Route] = {}
         self.neighbors: dict[tuple[int, IPAddress], bytes] = {}
-        self.icmp_rate = (1000, 50)
+        self.icmp_rate = (1000, 50, 1000, 50)  # ICMP rate, burst; RST rate, burst
         self.version = 0  # bumped by every change of the tables (see _changes)
         from vecroute.srv6.tables import Srv6Tables
 
@@ -107,7 +107,9 @@ class Fib:
     def from_config(cls, cfg: Config, macs: dict[str, bytes] | None = None) -> Fib:
         """Build from a validated config; ``macs`` supplies device MACs in live mode."""
         fib = cls()
-        fib.icmp_rate = (cfg.icmp.rate, cfg.icmp.burst)
+        fib.icmp_rate = (
+            cfg.icmp.rate, cfg.icmp.burst, cfg.icmp.tcp_reset_rate, cfg.icmp.tcp_reset_burst
+        )
         for n, itf in enumerate(cfg.interfaces):
             mac = itf.mac or (macs or {}).get(itf.name)
             if mac is None:

@@ -7,6 +7,8 @@
     rules = ["100 allow tcp from any to me 22 setup keep-state", "..."]
     rules_file = "rules.txt"    # one rule per line, '#' comments; appended after rules
     max_states = 1000000
+    adaptive_start = 600000     # above this many states, unanswered states' lifetimes
+    adaptive_end = 1200000      # shrink linearly to 0 at this many (pf adaptive.start/end)
 
     [firewall.lifetimes]        # seconds (ipfw dyn_*_lifetime)
     syn = 20
@@ -40,7 +42,7 @@ from vecroute.firewall.rules import (
     number_rules,
     parse_rule,
 )
-from vecroute.firewall.states import DEFAULT_LIFETIMES, LIFETIMES
+from vecroute.firewall.states import DEFAULT_LIFETIMES, LIFETIMES, adaptive_bounds
 from vecroute.firewall.tables import (
     TABLE_TYPES,
     AddrEntries,
@@ -72,6 +74,8 @@ class FirewallConfig:
     rule_places: list[str] = field(default_factory=list)  # "firewall.rules[3]", "r.txt:12"
     tables: list[TableConfig] = field(default_factory=list)
     max_states: int = 1_000_000
+    adaptive_start: int | None = None  # None: 60% of max_states
+    adaptive_end: int | None = None  # None: 120% of max_states
     lifetimes: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_LIFETIMES))
     path: str = "<config>"
 
@@ -118,7 +122,8 @@ def parse_firewall_config(
 
     if not isinstance(raw, dict):
         raise FirewallConfigError(f"{path}: firewall: expected a table, got {type(raw).__name__}")
-    allowed = {"default", "rules", "rules_file", "max_states", "tables", "lifetimes"}
+    allowed = {"default", "rules", "rules_file", "max_states", "adaptive_start",
+               "adaptive_end", "tables", "lifetimes"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise err(unknown[0], f"unknown key (allowed: {', '.join(sorted(allowed))})")
@@ -133,6 +138,18 @@ def parse_firewall_config(
     if not isinstance(ms, int) or isinstance(ms, bool) or not 1 <= ms <= MAX_STATES_LIMIT:
         raise err("max_states", f"expected an integer 1..{MAX_STATES_LIMIT}, got {ms!r}")
     cfg.max_states = ms
+    for key in ("adaptive_start", "adaptive_end"):
+        v = raw.get(key)
+        if v is not None and (
+            not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 2 * MAX_STATES_LIMIT
+        ):
+            raise err(key, f"expected a number of states 0..{2 * MAX_STATES_LIMIT}, got {v!r}")
+    cfg.adaptive_start, cfg.adaptive_end = raw.get("adaptive_start"), raw.get("adaptive_end")
+    if cfg.adaptive_end is not None and cfg.adaptive_end <= ms:
+        raise err("adaptive_end", f"must be above max_states ({ms}), got {cfg.adaptive_end}")
+    a0, a1 = adaptive_bounds(ms, cfg.adaptive_start, cfg.adaptive_end)
+    if cfg.adaptive_start is not None and cfg.adaptive_start != a0:
+        raise err("adaptive_start", f"must be below adaptive_end ({a1}), got {cfg.adaptive_start}")
 
     life = raw.get("lifetimes", {})
     if not isinstance(life, dict):

@@ -83,7 +83,12 @@ class Firewall:
             for payload in t.payloads:
                 self.tables.add_parsed(t.name, payload)
         self.st = new_table()
-        self.ctl = new_ctl(cfg.max_states, cfg.lifetimes)
+        self.ctl = new_ctl(
+            cfg.max_states,
+            cfg.lifetimes,
+            adaptive_start=cfg.adaptive_start,
+            adaptive_end=cfg.adaptive_end,
+        )
         self._next_uid = 0
         uids = self._uids(len(cfg.rules))
         self.compiled: CompiledFirewall = compile_rules(

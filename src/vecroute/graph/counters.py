@@ -269,11 +269,15 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("fw-reset", "fw-in", "drop",
             "rejected by a firewall `reset` rule: answered with a TCP RST"),
     Counter("fw-state-full", "fw-in", "drop",
-            "keep-state found the state table full (max_states): new flow dropped"),
+            "keep-state found the state table full (max_states) and no expired or"
+            " unanswered state to evict: new flow dropped"),
     Counter("tcp-reset-sent", "tcp-reset", "event",
             "TCP RST sent for a `reset` rule or a closed port (counted when it leaves)"),
     Counter("fw-reset-suppressed", "tcp-reset", "event",
             "no TCP RST: the segment was a RST or came from a multicast/invalid source"),
+    Counter("tcp-reset-rate-limited", "tcp-reset", "event",
+            "no TCP RST: the RST rate limit was reached ([icmp] tcp_reset_rate /"
+            " tcp_reset_burst); the segment is only dropped"),
     # generic
     Counter("punt", "punt", "event", "packet handed to the control plane"),
     Counter(
@@ -393,6 +397,7 @@ C_FW_RESET = _c("fw-reset")
 C_FW_STATE_FULL = _c("fw-state-full")
 C_FW_RESET_SUPPRESSED = _c("fw-reset-suppressed")
 C_TCP_RESET_SENT = _c("tcp-reset-sent")
+C_TCP_RESET_RATE_LIMITED = _c("tcp-reset-rate-limited")
 C_SRV6_ENCAPSULATED = _c("srv6-encapsulated")
 C_SRV6_NO_ROUTE = _c("srv6-no-route")
 C_SRV6_POLICY_EMPTY = _c("srv6-policy-empty")

@@ -137,7 +137,7 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
             elif node == N.ICMP6_ERROR:
                 icmp6_error(work, k, buf, meta, frames, frame_n, dp, now)
             elif node == N.TCP_RESET:
-                tcp_reset(work, k, buf, meta, frames, frame_n, dp)
+                tcp_reset(work, k, buf, meta, frames, frame_n, dp, now)
             elif node == N.FW_OUT:
                 fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, DIR_OUT)
             elif node == N.IP4_REWRITE:

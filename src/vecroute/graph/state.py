@@ -73,13 +73,17 @@ NS_PACKETS = 1
 NS_CLOCKS = 2
 NS_COLS = 3
 
-# icmp token bucket (icmp_tb int64 [TB_COLS])
+# a token bucket (int64 [TB_COLS]; the punt policer has rows of them)
 TB_CREDIT = 0  # in nano-tokens (1 token = 1e9)
 TB_LAST = 1  # last refill time (ns)
 TB_RATE = 2  # tokens per second
 TB_BURST = 3  # bucket size in tokens
-TB_IP_ID = 4  # running ip4 id for generated packets
+TB_IP_ID = 4  # running ip4 id for generated packets (icmp_tb only)
 TB_COLS = 5
+# icmp_tb int64 [ICMP_TB_LEN]: the buckets of the answers the router generates: ICMP
+# errors and redirects at 0.., the TCP RSTs of tcp-reset at TB_RST + TB_CREDIT..TB_BURST
+TB_RST = TB_COLS
+ICMP_TB_LEN = TB_RST + TB_BURST + 1
 
 GLEAN_SLOTS = 4096
 
@@ -296,11 +300,15 @@ def reass_globals() -> np.ndarray:
     return g
 
 
-def icmp_bucket(rate_per_s: int, burst: int) -> np.ndarray:
-    """A full token bucket (Linux defaults: icmp_msgs_per_sec=1000, icmp_msgs_burst=50)."""
-    tb = np.zeros(TB_COLS, dtype=np.int64)
-    tb[TB_RATE] = rate_per_s
-    tb[TB_BURST] = burst
-    tb[TB_CREDIT] = burst * 1_000_000_000
-    tb[TB_LAST] = -1
+def icmp_bucket(
+    rate_per_s: int, burst: int, rst_rate_per_s: int = 1000, rst_burst: int = 50
+) -> np.ndarray:
+    """Full token buckets for ICMP errors and for TCP RSTs (Linux defaults:
+    icmp_msgs_per_sec=1000, icmp_msgs_burst=50)."""
+    tb = np.zeros(ICMP_TB_LEN, dtype=np.int64)
+    for base, rate, size in ((0, rate_per_s, burst), (TB_RST, rst_rate_per_s, rst_burst)):
+        tb[base + TB_RATE] = rate
+        tb[base + TB_BURST] = size
+        tb[base + TB_CREDIT] = size * 1_000_000_000
+        tb[base + TB_LAST] = -1
     return tb

@@ -8,6 +8,12 @@ sequence number from it, otherwise sequence 0 with ACK = SEG.SEQ + SEG.LEN). It 
 so that fw-out does not filter it again (ipfw's ``M_SKIP_FIREWALL``). No RST answers a
 segment from or to a multicast/broadcast or invalid address, nor a RST (RFC 9293 3.10.7.1).
 An answer to a link-local source leaves by the interface the segment came in on.
+
+A token bucket of its own (``icmp_tb[TB_RST:]``, ``[icmp] tcp_reset_rate`` /
+``tcp_reset_burst``, default 1000/s and 50) limits the RSTs, like FreeBSD's
+``badport_bandlim`` limits RSTs for closed ports: a SYN flood from spoofed sources would
+otherwise make the router a reflector at line rate. Past the limit the segment is only
+dropped (``tcp-reset-rate-limited``).
 """
 
 import numpy as np
@@ -18,7 +24,8 @@ from vecroute.graph.frames import enqueue
 from vecroute.graph.icmp_error import answer_on_link, count_drop, give_up
 from vecroute.graph.ip4_input import is_link_local4, is_martian4
 from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP
-from vecroute.graph.state import TB_IP_ID
+from vecroute.graph.state import TB_IP_ID, TB_RST
+from vecroute.graph.token_bucket import take_token_at
 from vecroute.packet.batch import (
     F_ANSWER,
     F_FORCED_ADJ,
@@ -47,7 +54,7 @@ RST_TTL = 64
 
 
 @njit(cache=True)
-def tcp_reset(work, k, buf, meta, frames, frame_n, dp) -> None:
+def tcp_reset(work, k, buf, meta, frames, frame_n, dp, now) -> None:
     for j in range(k):
         i = work[j]
         count_drop(meta, dp, i)
@@ -80,6 +87,9 @@ def tcp_reset(work, k, buf, meta, frames, frame_n, dp) -> None:
                 continue
             meta[M_ADJ, i] = a
             forced = F_FORCED_ADJ
+        if not take_token_at(dp.icmp_tb, TB_RST, now):
+            give_up(frames, frame_n, meta, dp, i, C.C_TCP_RESET_RATE_LIMITED)
+            continue
         sport = rd16(buf, l4)
         dport = rd16(buf, l4 + 2)
         seq = rd32(buf, l4 + 4)
