@@ -248,6 +248,22 @@ class Traffic:
         self.max_gap = max(self.max_gap, time.monotonic() - self.last_rx)
 
 
+def _ctl(t, *words: str) -> dict:
+    """A driver's ctl command: retried while the server says busy (the hostile crowd of
+    the round before may still hold its connections); any other error is a finding."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            r = t.ctl(*words)
+        except BlockingIOError:  # the listen backlog is full: the same "busy"
+            r = {"ok": False, "error": "busy: backlog full"}
+        if r.get("ok"):
+            return r
+        if not str(r.get("error", "")).startswith("busy") or time.monotonic() > deadline:
+            raise RuntimeError(f"ctl {' '.join(words)}: {r.get('error')}")
+        time.sleep(0.05)
+
+
 def _hostile_clients(path: str) -> int:
     """Clients that misbehave on the control socket; each must end in one error (or a
     closed connection), never in a stopped router. Returns how many ran."""
@@ -331,12 +347,12 @@ def _accounting(t) -> dict:
     taken off once (and an answer that died once more: answer-dropped)."""
     from vecroute.graph.counters import COUNTERS
 
-    c = {r["counter"]: r["count"] for r in t.ctl("show", "errors", "all")["data"]}
+    c = {r["counter"]: r["count"] for r in _ctl(t, "show", "errors", "all")["data"]}
     drop = sum(c.get(x.name, 0) for x in COUNTERS if x.kind == "drop")
-    workers = t.ctl("show", "workers")["data"]
+    workers = _ctl(t, "show", "workers")["data"]
     entered_ = sum(w["packets"] for w in workers)
     generated = sum(w["generated"] for w in workers)
-    tx = sum(i["tx_packets"] for i in t.ctl("show", "interfaces")["data"])
+    tx = sum(i["tx_packets"] for i in _ctl(t, "show", "interfaces")["data"])
     answers = c.get("icmp-error-sent", 0) + c.get("tcp-reset-sent", 0)
     ends = drop - c.get("answer-dropped", 0) - answers + c.get("punt", 0) + tx
     return {"entered": entered_, "generated": generated, "dropped": drop,
@@ -371,8 +387,11 @@ def _kill_worker(t, trigger: Path, before: dict, rep: Report, traffic: Traffic) 
     traffic.paused = False
 
 
+OPS = ("routes", "firewall", "reload", "hostile", "flood")
+
+
 def run(seconds: float, workdir: Path, seed: int = 1, kill_worker: bool = True,
-        log=print) -> Report:
+        ops: tuple[str, ...] = OPS, log=print) -> Report:
     rep = Report()
     rng = random.Random(seed)
     trigger = workdir / "kill-worker-1"
@@ -400,19 +419,23 @@ def run(seconds: float, workdir: Path, seed: int = 1, kill_worker: bool = True,
                 pid = t.router.pid
                 k = rep.rounds
                 net = f"10.{77 + k % 50}.{k % 250}.0/24"
-                t.ctl("route", "add", net, "via", H2_V4)
-                t.ctl("route", "del", net)
-                rep.routes_churned += 1
-                t.ctl("fw", "add", "50", "deny", "udp", "from", "any", "to", "any", "7777")
-                t.ctl("fw", "delete", "50")
-                rep.fw_changes += 2
-                if k % 2 == 0:
-                    t.ctl("neighbor", "add", H2_V4, "lladdr", h2_mac, "dev", t.ports[1])
+                if "routes" in ops:
+                    _ctl(t, "route", "add", net, "via", H2_V4)
+                    _ctl(t, "route", "del", net)
+                    rep.routes_churned += 1
+                if "firewall" in ops:
+                    _ctl(t, "fw", "add", "50", "deny", "udp", "from", "any", "to", "any", "7777")
+                    _ctl(t, "fw", "delete", "50")
+                    rep.fw_changes += 2
+                if k % 2 == 0 and "reload" in ops:
+                    _ctl(t, "neighbor", "add", H2_V4, "lladdr", h2_mac, "dev", t.ports[1])
                     os.kill(pid, signal.SIGHUP)
                     rep.reloads += 1
-                rep.hostile_clients += _hostile_clients(t.socket)
-                rep.flood_frames += _flood(t, 500, rng)
-                st = {r["stat"]: r["count"] for r in t.ctl("show", "neighbors", "stats")["data"]}
+                if "hostile" in ops:
+                    rep.hostile_clients += _hostile_clients(t.socket)
+                if "flood" in ops:
+                    rep.flood_frames += _flood(t, 500, rng)
+                st = {r["stat"]: r["count"] for r in _ctl(t, "show", "neighbors", "stats")["data"]}
                 rep.neighbor_entries_max = max(rep.neighbor_entries_max, st.get("entries ipv4", 0),
                                                st.get("entries ipv6", 0))
                 rss = _rss_mb(pid)
@@ -458,9 +481,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-kill", action="store_true", help="do not kill a worker halfway")
+    ap.add_argument("--ops", default=",".join(OPS),
+                    help=f"the driver's disturbances, comma-separated (default: all of {OPS})")
     args = ap.parse_args(argv)
+    ops = tuple(o for o in args.ops.split(",") if o)
+    if set(ops) - set(OPS):
+        ap.error(f"--ops: unknown {sorted(set(ops) - set(OPS))}")
     with tempfile.TemporaryDirectory() as d:
-        rep = run(args.seconds, Path(d), args.seed, kill_worker=not args.no_kill)
+        rep = run(args.seconds, Path(d), args.seed, kill_worker=not args.no_kill, ops=ops)
     ok = (rep.router_alive and rep.exit_status == 0 and rep.corrupted == 0
           and rep.accounting_ok and rep.ports_restored and not rep.errors
           and (args.no_kill or (rep.kill_exit_status == 1 and rep.ports_restored_after_kill)))
