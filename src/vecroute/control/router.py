@@ -39,7 +39,7 @@ from pathlib import Path
 from vecroute.control.config import Config, ConfigError, load_config
 from vecroute.control.neighbors import NeighborTable
 from vecroute.control.punts import IcmpError, Pending, decode_punts, inject_frame, inject_packets
-from vecroute.control.server import ControlServer
+from vecroute.control.server import ControlServer, claim_socket_path
 from vecroute.fib.fib import Fib, RouteError
 from vecroute.firewall.firewall import Firewall, command_changes
 from vecroute.graph import counters as C
@@ -147,6 +147,10 @@ class LiveRouter:
             raise StartupError("must run as root (AF_PACKET sockets need CAP_NET_RAW)")
         self.cfg = cfg
         self.config_path = cfg.path
+        try:  # before anything changes: a live router or a non-socket there stops us here
+            claim_socket_path(cfg.control.socket)
+        except OSError as e:
+            raise StartupError(str(e)) from None
         from vecroute.warmup import warm
 
         # no JIT pause on a first packet or ctl
@@ -386,6 +390,11 @@ class LiveRouter:
         cfg = load_config(path)
         if [i.name for i in cfg.interfaces] != [i.name for i in self.cfg.interfaces]:
             raise ConfigError(f"{path}: interfaces changed; restart to apply")
+        for section in ("router", "control"):  # the workers and the socket are made once
+            if getattr(cfg, section) != getattr(self.cfg, section):
+                log.warning("reload: [%s] changed in %s; it takes effect at restart",
+                            section, path)
+            setattr(cfg, section, getattr(self.cfg, section))
         dp = build_dataplane(cfg, self.macs)
         return cfg, dp.fib, [dp.firewall] + [dp.new_firewall() for _ in self.workers[1:]]
 
@@ -405,10 +414,13 @@ class LiveRouter:
                     cfg, fib, firewalls = await asyncio.get_running_loop().run_in_executor(
                         None, self._build, self.config_path
                     )
-                except (ConfigError, RouteError, OSError) as e:
-                    log.error("reload failed, keeping the running configuration: %s", e)
-                else:
                     self._install(cfg, fib, firewalls)
+                except (ConfigError, RouteError, OSError) as e:
+                    log.error("reload failed, keeping the running configuration: %s",
+                              _one_line(e))
+                except Exception as e:  # noqa: BLE001 - a reload must never stop the router
+                    log.error("reload failed, keeping the running configuration: %s: %s "
+                              "(a bug: please report it)", type(e).__name__, _one_line(e))
                 finally:
                     gc.freeze()
                     gc.enable()
@@ -431,10 +443,18 @@ class LiveRouter:
         self.neigh.fib = fib
         self._commit_pending = False
         tables = self._tables()
-        for w, fw in zip(self.workers, firewalls, strict=True):
+        rate, burst = cfg.icmp.rate, cfg.icmp.burst
+
+        def apply(w: DataPlaneWorker, fw: Firewall | None) -> None:
             # the firewall is rebuilt from the file: ctl changes and states are gone
-            w.call(lambda w, fw=fw: (w.graph.attach_firewall(fw), w.graph.swap_state(tables))
-                   ).add_done_callback(_log_failure)
+            w.graph.attach_firewall(fw)
+            w.graph.swap_state(tables)
+            # the ICMP bucket is the worker's own (it carries over swaps): [icmp] is
+            # applied to it here, its tokens kept up to the new burst
+            set_icmp_limit(w.graph.state.icmp_tb, rate, burst)
+
+        for w, fw in zip(self.workers, firewalls, strict=True):
+            w.call(lambda w, fw=fw: apply(w, fw)).add_done_callback(_log_failure)
         self.neigh.changed = False
         self._flush()
         log.info("reloaded %s: %d routes", self.config_path, len(fib.routes))
@@ -494,6 +514,19 @@ class LiveRouter:
             )
         self.server.close()
         log.info("vecroute stopped")
+
+
+def set_icmp_limit(tb, rate: int, burst: int) -> None:
+    """Give a running ICMP token bucket a new rate (tokens/s) and burst (tokens)."""
+    from vecroute.graph.state import TB_BURST, TB_CREDIT, TB_RATE
+
+    tb[TB_RATE] = rate
+    tb[TB_BURST] = burst
+    tb[TB_CREDIT] = min(int(tb[TB_CREDIT]), burst * 1_000_000_000)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def _log_failure(fut) -> None:
