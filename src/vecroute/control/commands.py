@@ -91,6 +91,7 @@ def _words(argv: list[str], n: int, what: str) -> str:
 
 
 MAX_TABLE_ID = 2**32 - 1  # FIB table ids (Linux's are 32-bit too)
+MAX_ERROR = 400  # characters in an error line
 
 
 def _shown(text: str) -> str:
@@ -464,4 +465,10 @@ def execute(r: RouterControl, argv: list[str]) -> Reply:
         raise CommandError(
             f"unknown command {_shown(argv[0])}; expected one of: {', '.join(sorted(COMMANDS))}"
         )
-    return fn(r, argv)
+    try:
+        return fn(r, argv)
+    except CommandError as e:  # a message quoting a 4096-character word: cut it short
+        msg = str(e)
+        if len(msg) <= MAX_ERROR:
+            raise
+        raise CommandError(msg[: MAX_ERROR - 3] + "...") from None
