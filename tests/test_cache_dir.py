@@ -124,3 +124,15 @@ def test_unprivileged_user_never_gets_a_planted_tmp_directory(root_only):
         for f in trap.iterdir():
             f.unlink()
         trap.rmdir()
+
+
+def test_a_home_we_may_not_even_look_into(root_only):
+    """HOME=/root inherited by a process running as nobody: stat() of /root/.cache is
+    EACCES (Path.exists() raises it), which must mean "not this one", not a traceback."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(SRC), "HOME": "/root"}
+    code = "import os, vecroute; print(os.environ.get('NUMBA_CACHE_DIR'))"
+    p = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                        sys.executable, "-c", code],
+                       capture_output=True, text=True, env=env, timeout=60, cwd="/")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert not p.stdout.startswith("/root"), p.stdout

@@ -1359,3 +1359,17 @@ def test_firewall_output_pass_sees_the_destination_end_wrote():
     show = r.firewall.show()
     assert show.splitlines()[0].split()[:2] == ["00100", "1"]
     assert show.splitlines()[1].split()[:2] == ["00200", "1"]
+
+
+def test_a_local_sid_that_would_need_one_table_too_many_changes_nothing():
+    from vecroute.fib.fib import MAX_TABLES
+
+    r = CtlRouter()
+    k = 1
+    while len(r.fib.lpm[6]._ids) < MAX_TABLES:
+        execute(r, f"route add 2001:db8:77::/48 blackhole table {k}".split())
+        k += 1
+    before = copy.deepcopy(r.fib.srv6.localsid_rows()), r.fib.srv6._n_sid
+    with pytest.raises(CommandError, match="too many tables"):
+        execute(r, f"sr localsid add 2001:db8:ff::99 behavior End fib-table {k + 1}".split())
+    assert (r.fib.srv6.localsid_rows(), r.fib.srv6._n_sid) == before

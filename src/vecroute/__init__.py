@@ -72,11 +72,12 @@ def choose_cache_dir(package_dir: Path, candidates: list[Path]) -> Path | None:
         return None
     for c in candidates:
         for parent in reversed(c.parents):  # ~/.cache/vecroute: made private on the way
-            if not parent.exists():
-                try:
-                    os.mkdir(parent, 0o700)
-                except OSError:
-                    break
+            try:
+                os.mkdir(parent, 0o700)
+            except FileExistsError:
+                pass
+            except OSError:  # not ours to make (or to look into: HOME=/root for nobody)
+                break
         if private_dir(c):
             return c
     import atexit

@@ -23,7 +23,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 
-MAX_CONFIG_BYTES = 64 << 20  # a config file or a firewall rules_file (bytes)
+MAX_CONFIG_BYTES = 256 << 20  # a config file (a full table in [[routes]] is ~55 MB) or a rules_file
 MAX_SOCKET_PATH = 107  # bytes in an AF_UNIX path (sun_path holds 108 with its NUL)
 
 
@@ -46,13 +46,11 @@ def read_regular_file(path: str | Path, limit: int) -> bytes:
     if "\0" in p:
         raise FileReadError("not a file name (a NUL byte)")
     try:
-        st = os.stat(p)
-        if stat.S_ISREG(st.st_mode):
-            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            raise FileReadError("not a regular file")
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as e:
         raise FileReadError(e.strerror or type(e).__name__) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise FileReadError("not a regular file")
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

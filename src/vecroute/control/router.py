@@ -148,9 +148,11 @@ class LiveRouter:
         self.cfg = cfg
         self.config_path = cfg.path
         try:  # before anything changes: a live router or a non-socket there stops us here
+            Path(cfg.control.socket).parent.mkdir(parents=True, exist_ok=True)
             claim_socket_path(cfg.control.socket)
-        except OSError as e:
-            raise StartupError(str(e)) from None
+        except OSError as e:  # claim_socket_path's own message names the path
+            msg = f"{cfg.control.socket}: {e.strerror}" if e.strerror else str(e)
+            raise StartupError(f"control socket {msg}") from None
         from vecroute.warmup import warm
 
         # no JIT pause on a first packet or ctl

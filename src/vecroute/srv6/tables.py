@@ -150,6 +150,9 @@ class Srv6Tables:
             adj = self.fib._nh_adjacency(ifx, ls.nh)
         fib4 = self.fib.lpm[4].table_index(ls.table, create=True)
         fib6 = self.fib.lpm[6].table_index(ls.table, create=True)
+        # the table the SID is installed in, now: one table too many fails here, before
+        # the SID is written anywhere
+        self.fib.lpm[6].table_index(ls.fib_table, create=True)
         key = (ls.fib_table, ls.sid)
         old = self.localsids.get(key)
         ls.index = old.index if old else self._n_sid
