@@ -3,6 +3,7 @@ exactly one line naming the file, the key and the problem, exit status 2, no tra
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -288,3 +289,115 @@ def test_check_subprocess_exit_codes(tmp_path: Path) -> None:
     assert str(bad) in p.stderr and "routes[0]" in p.stderr
     p = subprocess.run([*cmd, str(good)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+# --- every bad input class is one line (issue 12, findings 4 and 8) ----------------------------
+
+FW = '\n[firewall]\ndefault = "allow"\n'
+BAD_INPUTS = [
+    # (config bytes, key that must be named or None, words of the problem)
+    (BASE.encode() + b"# caf\xe9\n", "line 11", "not UTF-8"),
+    (b"a = " + b"[" * 5000 + b"]" * 5000 + b"\n", None, "nested too deep"),
+    ((BASE + "[icmp]\nrate = " + "9" * 5000 + "\n").encode(), None, "invalid TOML"),
+    ((BASE + FW + 'rules = ["\u00b2 allow ip from any to any"]\n').encode(),
+     "firewall.rules[0]", "expected an action"),
+    ((BASE + FW + 'rules = ["100 allow tcp from any ' + "9" * 5000 + ' to any"]\n').encode(),
+     "firewall.rules[0]", "out of range"),
+    ((BASE + "[srv6]\nlocalsids = 5\n").encode(), "srv6.localsids", "expected an array"),
+    ((BASE + '[srv6]\npolicies = "x"\n').encode(), "srv6.policies", "expected an array"),
+    ((BASE + "[srv6]\nsteering = {}\n").encode(), "srv6.steering", "expected an array"),
+    ((BASE + '[srv6]\nencap_source = "2001:db8::1"\n[[srv6.policies]]\nbsid = "2001:db8:b::1"\n'
+             'segments = ["192.0.2.7"]\n').encode(), "srv6.policies[0].segments",
+     "not an IPv6 address"),
+    ((BASE + '[[routes]]\nprefix = "fe80::%eth0/64"\ndev = "eth0"\n').encode(),
+     "routes[0].prefix", "not a prefix"),
+    ((BASE + '[[routes]]\nprefix = "2001:db8:9::/48"\nvia = "fe80::1%eth1"\n').encode(),
+     "routes[0].via", "not an IPv4 or IPv6 address"),
+    (b'[[interfaces]]\nname = "a\\u0000b"\nmac = "02:00:00:00:00:01"\n', "interfaces[0].name",
+     "not a valid interface name"),
+    (b'[[interfaces]]\nname = "eth0"\nmac = "02:00:00:00:00:01\\n"\n', "interfaces[0].mac",
+     "not a MAC"),
+    (b'[[interfaces]]\nname = "eth0"\nmac = "01:00:5e:00:00:01"\n', "interfaces[0].mac",
+     "not a unicast MAC"),
+    ((BASE + '[control]\nsocket = "/run/x\\u0000y"\n').encode(), "control.socket", "no NUL"),
+    ((BASE + '[control]\nsocket = "/' + "s" * 200 + '"\n').encode(), "control.socket",
+     "1..107 bytes"),
+    ((BASE + FW + '[[firewall.tables]]\nname = "caf\u00e9"\n').encode(),
+     "firewall.tables[0].name", "not a table name"),
+]
+
+
+@pytest.mark.parametrize("data,key,problem", BAD_INPUTS,
+                         ids=[f"{k}:{p}" for _, k, p in BAD_INPUTS])
+def test_bad_inputs_are_one_line(tmp_path: Path, data: bytes, key: str | None,
+                                 problem: str) -> None:
+    f = tmp_path / "router.toml"
+    f.write_bytes(data)
+    assert_one_line_error(CliRunner().invoke(main, ["check", str(f)]), f, key, problem)
+
+
+def test_more_tables_than_the_limit_is_one_line(tmp_path: Path) -> None:
+    from vecroute.fib.fib import MAX_TABLES
+
+    routes = "".join(f'[[routes]]\nprefix = "203.0.113.0/24"\nblackhole = true\ntable = {k}\n'
+                     for k in range(1, MAX_TABLES + 1))
+    f, res = run_check(tmp_path, BASE + routes)
+    assert_one_line_error(res, f, f"routes[{MAX_TABLES - 1}]", "too many tables")
+
+
+SECRET = "hunter2-do-not-echo"
+
+
+@pytest.mark.parametrize("kind", ["addr", "number", "iface"])
+def test_table_file_errors_never_echo_the_file(tmp_path: Path, kind: str) -> None:
+    # a table file may be any file at all (/etc/shadow): its place, never its content
+    (tmp_path / "t.txt").write_text(f"{SECRET}:$6$x:1 2 3\n")
+    f, res = run_check(tmp_path, BASE + FW + f'[[firewall.tables]]\nname = "t"\ntype = "{kind}"'
+                                             '\nfile = "t.txt"\n')
+    assert_one_line_error(res, f, "t.txt:1", "")
+    assert SECRET not in res.output
+
+
+def test_rules_file_errors_never_echo_the_file(tmp_path: Path) -> None:
+    (tmp_path / "r.txt").write_text(f"allow ip from any to any\n{SECRET}:$6$x\n")
+    f, res = run_check(tmp_path, BASE + FW + 'rules_file = "r.txt"\n')
+    assert_one_line_error(res, f, "r.txt:2", "word 1")
+    assert SECRET not in res.output
+    (tmp_path / "r.txt").write_bytes(f"allow ip from any to any # {SECRET}\xe9".encode("latin-1"))
+    f, res = run_check(tmp_path, BASE + FW + 'rules_file = "r.txt"\n')
+    assert_one_line_error(res, f, "rules_file", "not UTF-8")
+    assert SECRET not in res.output
+
+
+def test_table_file_size_limit(tmp_path: Path, monkeypatch) -> None:
+    import vecroute.firewall.config as fwc
+
+    monkeypatch.setattr(fwc, "MAX_TABLE_FILE", 100)
+    (tmp_path / "t.txt").write_text("192.0.2.0/24\n" * 20)
+    f, res = run_check(tmp_path, BASE + FW + '[[firewall.tables]]\nname = "t"\nfile = "t.txt"\n')
+    assert_one_line_error(res, f, "firewall.tables[0].file", "larger than 100 bytes")
+
+
+def test_special_files_are_refused_without_hanging(tmp_path: Path) -> None:
+    """A FIFO as a table file, a rules file or the config itself blocked `check` forever
+    (open() of a FIFO waits for a writer); /dev/zero would never end. One line, exit 2."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-m", "vecroute.cli", "check"]
+    cases = [
+        (fifo, "cannot read"),
+        (BASE + FW + '[[firewall.tables]]\nname = "t"\nfile = "fifo"\n', "not a regular file"),
+        (BASE + FW + 'rules_file = "fifo"\n', "not a regular file"),
+        (BASE + FW + '[[firewall.tables]]\nname = "t"\nfile = "/dev/zero"\n',
+         "not a regular file"),
+    ]
+    for k, (case, problem) in enumerate(cases):
+        if isinstance(case, Path):
+            f = case
+        else:
+            f = tmp_path / f"c{k}.toml"
+            f.write_text(case)
+        p = subprocess.run([*cmd, str(f)], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (case, p.stderr)
+        assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+        assert problem in p.stderr and str(f) in p.stderr, p.stderr

@@ -164,3 +164,59 @@ def test_fib_refuses_bad_weights_before_building(r, weights):
     via = [ipaddress.ip_address(f"192.0.2.{k + 1}") for k in range(len(weights))]
     with pytest.raises(RouteError, match="weights"):
         r.fib.add_route(ipaddress.ip_network("203.0.113.0/24"), via=via, weights=weights)
+
+
+# --- every field is checked against its bounds before anything changes (issue 12, 3) --------
+
+
+@pytest.mark.parametrize(
+    "cmd,word",
+    [
+        ("route add 203.0.113.0/24 blackhole table 4294967296", "table"),
+        ("route add 203.0.113.0/24 blackhole table " + "9" * 4000, "table"),
+        ("route add 203.0.113.0/24 blackhole table \u0661", "table"),  # int() takes it: 1
+        ("route add 203.0.113.0/24 blackhole table +7", "table"),
+        ("route add 203.0.113.0/24 blackhole table 1_0", "table"),
+        ("route add 203.0.113.0/24 via 192.0.2.1 weight \u00b2", "weight"),
+        ("route add fe80::%eth1/64 dev eth1", "not a prefix"),
+        ("route add 2001:db8:9::/48 via fe80::1%eth1 dev eth1", "not an IPv4 or IPv6"),
+        ("route add 203.0.113.0/24 via 192.0.2.77 table 77", "not on a connected subnet"),
+        ("show routes table -1", "table"),
+        ("neighbor add 224.0.0.5 lladdr 02:00:00:00:00:aa dev eth1", "not a unicast"),
+        ("neighbor add 255.255.255.255 lladdr 02:00:00:00:00:aa dev eth1", "not a unicast"),
+        ("neighbor add :: lladdr 02:00:00:00:00:aa dev eth1", "not a unicast"),
+        ("neighbor add 192.0.2.1 lladdr 02:00:00:00:00:aa\n dev eth1", "lladdr"),
+    ],
+)
+def test_out_of_bounds_fields_are_one_error_and_change_nothing(r, cmd, word):
+    before = sorted(map(str, r.fib.routes)), len(r.fib.adjs), r.fib.lpm[4]._ids[:]
+    with pytest.raises(CommandError) as e:
+        execute(r, cmd.split(" "))
+    msg = str(e.value)
+    assert word in msg and "\n" not in msg and len(msg) < 200, msg
+    assert (sorted(map(str, r.fib.routes)), len(r.fib.adjs), r.fib.lpm[4]._ids) == before
+
+
+def test_too_many_ecmp_buckets_create_no_adjacency(r):
+    before = len(r.fib.adjs)
+    with pytest.raises(CommandError, match="buckets"):
+        execute(r, "route add 203.0.113.0/24 via 192.0.2.1 weight 64 via 192.0.2.2 weight 64"
+                   .split())
+    assert len(r.fib.adjs) == before
+
+
+def test_fib_tables_are_bounded(r):
+    from vecroute.fib.fib import MAX_TABLES
+
+    n = len(r.fib.lpm[4]._ids)
+    for k in range(1, MAX_TABLES - n + 1):
+        execute(r, f"route add 203.0.113.0/24 blackhole table {k}".split())
+    with pytest.raises(CommandError, match="too many tables"):
+        execute(r, "route add 203.0.113.0/24 blackhole table 4000000000".split())
+    assert len(r.fib.lpm[4]._ids) == MAX_TABLES
+
+
+def test_long_words_are_quoted_short(r):
+    with pytest.raises(CommandError) as e:
+        execute(r, ["route", "add", "x" * 4096])
+    assert len(str(e.value)) < 120

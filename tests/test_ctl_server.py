@@ -399,6 +399,7 @@ def test_deeply_nested_json_is_malformed_not_a_crash(served):
         (b'\xff\xfe{"argv": []}', "malformed request"),
         (b'{"argv": [], "n": ' + b"9" * 5000 + b"}", "malformed request"),
         (b"", "malformed request"),
+        (b'{"argv": ["show", "\\ud800"]}', "word 1 is not valid Unicode"),
     ],
 )
 def test_malformed_requests(served, payload, error):
@@ -449,6 +450,30 @@ def test_socket_file_mode_stale_socket_and_second_server(served):
     assert not os.path.exists(s.path)
 
 
+@pytest.mark.parametrize("kind", ["file", "directory", "symlink", "fifo"])
+def test_whatever_is_not_a_socket_at_the_path_is_refused_and_kept(tmp_path, kind):
+    """Only a stale socket is replaced; a file there (a typo in [control] socket naming
+    something precious) used to be deleted."""
+    path = tmp_path / "ctl.sock"
+    if kind == "file":
+        path.write_text("precious\n")
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "symlink":
+        (tmp_path / "target").write_text("precious\n")
+        path.symlink_to(tmp_path / "target")
+    else:
+        os.mkfifo(path)
+    before = os.lstat(path)
+    with pytest.raises(OSError, match="refusing to replace it") as e:
+        ControlServer(str(path), Router(small_fib()))
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    if kind in ("file", "symlink"):
+        assert path.read_text() == "precious\n"
+
+
 def test_close_drops_connected_clients(served):
     s = served()
     c = connect(s.path)
@@ -486,6 +511,50 @@ def test_peer_credentials_checked(served):
     denied = {"ok": False, "error": "permission denied: root or the socket's group"}
     assert json.loads(out) == denied
     assert request(s.path, ["show", "routes"])["ok"]
+
+
+def _as_nobody(path: str, groups: list[int]) -> bytes:
+    """``show routes`` from a child running as uid/gid 65534 with these supplementary
+    groups; its raw reply (or the exception it met)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only the socket module, then exit
+        try:
+            os.close(r)
+            os.setgroups(groups)
+            os.setgid(65534)
+            os.setuid(65534)
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(5)
+            c.connect(path)
+            send(c, req_line(["show", "routes"]))
+            os.write(w, read_all(c))
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            os.write(w, repr(e).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_supplementary_group_members_are_allowed(served):
+    """`usermod -aG GROUP alice`: GROUP is one of alice's supplementary groups, not her
+    primary one; the kernel lets her connect (mode 0660) and so must the router."""
+    s = served()
+    group = 4242  # the socket's group; the peer's primary group stays 65534
+    os.chmod(s.dir, 0o755)
+    os.chown(s.path, 0, group)
+    os.chmod(s.path, 0o660)
+    rep = json.loads(_as_nobody(s.path, [group]))
+    assert rep["ok"], rep
+    # without the group, the kernel refuses the connect itself (0660)
+    assert b"PermissionError" in _as_nobody(s.path, [])
+    os.chmod(s.path, 0o666)  # now the kernel lets anyone in: the router must refuse
+    rep = json.loads(_as_nobody(s.path, [4243]))
+    assert rep == {"ok": False, "error": "permission denied: root or the socket's group"}
 
 
 # --- streamed replies ------------------------------------------------------------------------

@@ -259,8 +259,9 @@ def test_config_errors_are_one_line(raw, msg, tmp_path):
 
 
 def test_table_file_errors_name_the_line(tmp_path):
+    # the place and the problem, never the line itself: a table file may be any file
     (tmp_path / "bl.txt").write_text("192.0.2.0/24\n\n10.0.0.0/40\n")
-    with pytest.raises(FirewallConfigError, match=r"bl.txt:3: '10.0.0.0/40'"):
+    with pytest.raises(FirewallConfigError, match=r"bl.txt:3: not an address/prefix$"):
         parse_firewall_config({"tables": [{"name": "t", "file": "bl.txt"}]}, "r.toml", tmp_path)
 
 

@@ -1112,6 +1112,13 @@ def _bad(mut) -> str:
             "no policy",
         ),
         (lambda s: s["steering"].append({"prefix": "bogus", "bsid": BSID_W}), "not a prefix"),
+        (  # an SRH holds IPv6 segments only (issue 12, finding 10)
+            lambda s: s["policies"].append({"bsid": "2001:db8:ff:b::999",
+                                            "segments": [SEG1, "192.0.2.7"]}),
+            "segments: '192.0.2.7' is not an IPv6 address",
+        ),
+        (lambda s: s.update(localsids=5), "srv6.localsids: expected an array"),
+        (lambda s: s.update(steering={"a": 1}), "srv6.steering: expected an array"),
     ],
 )
 def test_config_errors_are_one_line(mut, words):
@@ -1265,16 +1272,45 @@ def test_ctl_sr_localsid_policy_steer(tmp_path):
         (f"sr localsid add {R0_IP6} behavior End", "already a local route"),
         ("sr tunnel show", "expected localsid"),
         ("sr policy frob", "expected add"),
+        # SRv6 addresses are IPv6 (issue 12, finding 10)
+        (f"sr policy add bsid 2001:db8:ff::b segments {SEG1},192.0.2.7 source {SRC}",
+         "segment 192.0.2.7 is not an IPv6 address"),
+        (f"sr policy add bsid 192.0.2.9 segments {SEG1} source {SRC}", "bsid 192.0.2.9 is not"),
+        (f"sr policy add bsid 2001:db8:ff::b segments {SEG1} source 192.0.2.1",
+         "source 192.0.2.1 is not"),
+        ("sr steer add 203.0.113.0/24 via bsid 192.0.2.9", "bsid 192.0.2.9 is not"),
+        (f"sr policy add bsid 2001:db8:ff::b segments {','.join([SEG1] * 17)} source {SRC}",
+         "at most 16"),
+        (f"sr policy add bsid 2001:db8:ff::b segments {SEG1} weight 65 source {SRC}", "weight"),
+        ("sr localsid add 2001:db8:ff::1 behavior End table 4294967296", "table"),
+        ("sr localsid add 2001:db8:ff::1 behavior End fib-table \u00b2", "fib-table"),
+        ("sr localsid add 2001:db8:ff::1 behavior End flavor USD", "flavor"),
+        ("sr localsid add fe80::1%eth0 behavior End", "not a prefix"),
     ],
 )
 def test_ctl_sr_errors_change_nothing(cmd, words):
     r = CtlRouter()
-    before = copy.deepcopy(r.fib.srv6.localsid_rows()), set(r.fib.routes)
+    before = (copy.deepcopy(r.fib.srv6.localsid_rows()), copy.deepcopy(r.fib.srv6.policy_rows()),
+              set(r.fib.routes), len(r.fib.lpm[4]._ids), len(r.fib.lpm[6]._ids))
     with pytest.raises(CommandError) as e:
         execute(r, cmd.split())
     assert words in str(e.value), str(e.value)
-    assert (r.fib.srv6.localsid_rows(), set(r.fib.routes)) == before
+    assert (r.fib.srv6.localsid_rows(), r.fib.srv6.policy_rows(), set(r.fib.routes),
+            len(r.fib.lpm[4]._ids), len(r.fib.lpm[6]._ids)) == before
     assert r.commits == 0
+
+
+def test_policy_with_ipv4_segments_is_refused_by_the_tables_too():
+    from vecroute.srv6.tables import Policy, Srv6Error
+
+    r = CtlRouter()
+    n_lists = r.fib.srv6._n_list
+    with pytest.raises(Srv6Error, match="not an IPv6 address"):
+        r.fib.srv6.add_policy(Policy(ipaddress.ip_address("2001:db8:ff::b"),
+                                     [([ipaddress.ip_address(SEG1)], 1),
+                                      ([ipaddress.ip_address("192.0.2.7")], 1)],
+                                     "encap", ipaddress.ip_address(SRC)))
+    assert r.fib.srv6._n_list == n_lists  # nothing allocated for the first list either
 
 
 # --- ICMP errors whose source is reached through an SR policy ---------------------------
@@ -1323,3 +1359,17 @@ def test_firewall_output_pass_sees_the_destination_end_wrote():
     show = r.firewall.show()
     assert show.splitlines()[0].split()[:2] == ["00100", "1"]
     assert show.splitlines()[1].split()[:2] == ["00200", "1"]
+
+
+def test_a_local_sid_that_would_need_one_table_too_many_changes_nothing():
+    from vecroute.fib.fib import MAX_TABLES
+
+    r = CtlRouter()
+    k = 1
+    while len(r.fib.lpm[6]._ids) < MAX_TABLES:
+        execute(r, f"route add 2001:db8:77::/48 blackhole table {k}".split())
+        k += 1
+    before = copy.deepcopy(r.fib.srv6.localsid_rows()), r.fib.srv6._n_sid
+    with pytest.raises(CommandError, match="too many tables"):
+        execute(r, f"sr localsid add 2001:db8:ff::99 behavior End fib-table {k + 1}".split())
+    assert (r.fib.srv6.localsid_rows(), r.fib.srv6._n_sid) == before

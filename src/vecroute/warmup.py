@@ -23,9 +23,11 @@ def clear_stale_cache() -> int:
     import vecroute
 
     root = Path(list(vecroute.__path__)[0])
-    # the control plane and the command line hold no kernel and no constant a kernel
-    # reads (dependencies point down), so changing them keeps the compiled code
-    slow_path = {root / "control", root / "cli.py", root / "lab.py", root / "warmup.py"}
+    # the control plane, the command line and the package's __init__ (where the cache
+    # goes) hold no kernel and no constant a kernel reads (dependencies point down), so
+    # changing them keeps the compiled code
+    slow_path = {root / "control", root / "cli.py", root / "lab.py", root / "warmup.py",
+                 root / "__init__.py"}
     newest = max(
         p.stat().st_mtime
         for p in root.rglob("*.py")

@@ -92,27 +92,49 @@ def _words(argv: list[str], n: int, what: str) -> str:
     return argv[n]
 
 
+MAX_TABLE_ID = 2**32 - 1  # FIB table ids (Linux's are 32-bit too)
+MAX_ERROR = 400  # characters in an error line
+
+
+def _shown(text: str) -> str:
+    """A word as an error quotes it: at most 40 characters (a word may have 4096)."""
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
 def _prefix(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     try:
+        if "%" in text:  # a scope id (fe80::%eth0/64) is no route prefix
+            raise ValueError
         return ipaddress.ip_network(text, strict=False)
     except ValueError:
-        raise CommandError(f"{text!r} is not a prefix like 203.0.113.0/24") from None
+        raise CommandError(f"{_shown(text)} is not a prefix like 203.0.113.0/24") from None
 
 
 def _address(text: str):
     try:
+        if "%" in text:  # a scope id would make fe80::1%x unequal to fe80::1
+            raise ValueError
         return ipaddress.ip_address(text)
     except ValueError:
-        raise CommandError(f"{text!r} is not an IPv4 or IPv6 address") from None
+        raise CommandError(f"{_shown(text)} is not an IPv4 or IPv6 address") from None
 
 
-def _int(text: str, what: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise CommandError(f"{what} {text!r} is not a number") from None
-    if v < 0:
-        raise CommandError(f"{what} {text!r} is negative")
+def _v6(text: str, what: str) -> ipaddress.IPv6Address:
+    """An SRv6 address (a SID, a segment, a source): IPv6 only."""
+    a = _address(text)
+    if a.version != 6:
+        raise CommandError(f"{what} {a} is not an IPv6 address (SRv6 addresses are IPv6)")
+    return a
+
+
+def _int(text: str, what: str, hi: int = MAX_TABLE_ID, lo: int = 0) -> int:
+    """A number in lo..hi written in ASCII digits (int() would also take " 7", "1_0",
+    "+7" and other scripts' digits; thousands of digits cost it time)."""
+    if not (text.isascii() and text.isdigit()):
+        raise CommandError(f"{what} {_shown(text)}: expected a number {lo}..{hi}")
+    v = int(text) if len(text) <= len(str(hi)) else hi + 1
+    if not lo <= v <= hi:
+        raise CommandError(f"{what} {_shown(text)}: expected a number {lo}..{hi}")
     return v
 
 
@@ -141,7 +163,7 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
                 prefix, rest = rest[0], rest[1:]
                 _address(prefix) if "/" not in prefix else _prefix(prefix)
             else:
-                raise CommandError(f"unexpected word {rest[0]!r}")
+                raise CommandError(f"unexpected word {_shown(rest[0])}")
         if len(r.fib.routes) > RICH_MAX_ROWS:  # maybe a full table: stream it
             reply = Reply(None)
             reply.chunks = routes_stream(r.fib, prefix, table, reply)
@@ -153,7 +175,7 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
     if what in ("neighbors", "neighbours", "neighbor", "neigh", "arp"):
         if len(argv) > 2:
             if argv[2] != "stats":
-                raise CommandError(f"show neighbors {argv[2]!r}: expected stats or nothing")
+                raise CommandError(f"show neighbors {_shown(argv[2])}: expected stats or nothing")
             rows = r.neighbor_stats()
             return Reply(rows, _render("Neighbor resolution", rows))
         rows = r.neighbor_rows()
@@ -170,7 +192,8 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
             rows, _render("Counters", rows, ["counter", "node", "kind", "count", "description"])
         )
     raise CommandError(
-        f"show {what!r}: expected interfaces | routes | neighbors | runtime | errors | workers"
+        f"show {_shown(what)}: expected interfaces | routes | neighbors | runtime | errors"
+        " | workers"
     )
 
 
@@ -188,7 +211,7 @@ def _route(r: RouterControl, argv: list[str]) -> Reply:
             raise CommandError(
                 f"{w!r} needs a value"
                 if w in ("via", "dev", "table", "weight")
-                else f"unexpected word {w!r}"
+                else f"unexpected word {_shown(w)}"
             )
         if w == "via":
             via.append(_address(rest[1]))
@@ -197,12 +220,9 @@ def _route(r: RouterControl, argv: list[str]) -> Reply:
         elif w == "table":
             table = _int(rest[1], "table")
         elif w == "weight":
-            weight = _int(rest[1], "weight")
-            if not 1 <= weight <= MAX_BUCKETS:
-                raise CommandError(f"weight {rest[1]!r}: expected 1..{MAX_BUCKETS}")
-            weights.append(weight)
+            weights.append(_int(rest[1], "weight", MAX_BUCKETS, 1))
         else:
-            raise CommandError(f"unexpected word {w!r} (expected via, dev, table, weight)")
+            raise CommandError(f"unexpected word {_shown(w)} (expected via, dev, table, weight)")
         rest = rest[2:]
     try:
         if op == "add":
@@ -224,7 +244,7 @@ def _route(r: RouterControl, argv: list[str]) -> Reply:
             )
     except RouteError as e:
         raise CommandError(str(e)) from None
-    raise CommandError(f"route {op!r}: expected add or del")
+    raise CommandError(f"route {_shown(op)}: expected add or del")
 
 
 def _neighbor(r: RouterControl, argv: list[str]) -> Reply:
@@ -234,7 +254,7 @@ def _neighbor(r: RouterControl, argv: list[str]) -> Reply:
     mac, dev = None, None
     while rest:
         if len(rest) < 2:
-            raise CommandError(f"unexpected word {rest[0]!r}")
+            raise CommandError(f"unexpected word {_shown(rest[0])}")
         if rest[0] == "lladdr":
             try:
                 mac = parse_mac(rest[1], "lladdr")
@@ -243,10 +263,12 @@ def _neighbor(r: RouterControl, argv: list[str]) -> Reply:
         elif rest[0] == "dev":
             dev = rest[1]
         else:
-            raise CommandError(f"unexpected word {rest[0]!r} (expected lladdr, dev)")
+            raise CommandError(f"unexpected word {_shown(rest[0])} (expected lladdr, dev)")
         rest = rest[2:]
     if dev is None:
         raise CommandError("missing dev IFNAME")
+    if ip.is_multicast or ip.is_unspecified or ip == ipaddress.IPv4Address("255.255.255.255"):
+        raise CommandError(f"{ip} is not a unicast address: no neighbour entry for it")
     try:
         if op == "add":
             if mac is None:
@@ -259,7 +281,7 @@ def _neighbor(r: RouterControl, argv: list[str]) -> Reply:
             return Reply({"ip": str(ip), "dev": dev}, f"neighbor {ip} dev {dev} deleted\n")
     except RouteError as e:
         raise CommandError(str(e)) from None
-    raise CommandError(f"neighbor {op!r}: expected add or del")
+    raise CommandError(f"neighbor {_shown(op)}: expected add or del")
 
 
 def _clear(r: RouterControl, argv: list[str]) -> Reply:
@@ -271,7 +293,7 @@ def _clear(r: RouterControl, argv: list[str]) -> Reply:
 
 def _sr(r: RouterControl, argv: list[str]) -> Reply:
     """sr localsid|policy|steer add|del|show (VPP's `sr localsid address … behavior …`)."""
-    from vecroute.srv6.tables import BEHAVIORS, LocalSid, Policy
+    from vecroute.srv6.tables import BEHAVIORS, MAX_SEGMENTS, MODES, LocalSid, Policy
 
     what = _words(argv, 1, "localsid | policy | steer")
     op = _words(argv, 2, "add | del | show")
@@ -283,7 +305,7 @@ def _sr(r: RouterControl, argv: list[str]) -> Reply:
             "steer": sr.steering_rows,
         }.get(what)
         if rows is None:
-            raise CommandError(f"sr {what!r}: expected localsid, policy or steer")
+            raise CommandError(f"sr {_shown(what)}: expected localsid, policy or steer")
         data = rows()
         flat = [
             {
@@ -298,7 +320,7 @@ def _sr(r: RouterControl, argv: list[str]) -> Reply:
         ]
         return Reply(data, _render(f"SRv6 {what}", flat))
     if op not in ("add", "del", "delete"):
-        raise CommandError(f"sr {what} {op!r}: expected add, del or show")
+        raise CommandError(f"sr {_shown(what)} {_shown(op)}: expected add, del or show")
     kw = _keywords(argv[3:], multi={"segments", "via"})
     try:
         if what == "localsid":
@@ -311,7 +333,11 @@ def _sr(r: RouterControl, argv: list[str]) -> Reply:
             if op == "add":
                 beh = kw.pop("behavior", None)
                 if beh not in BEHAVIORS:
-                    raise CommandError(f"behavior {beh!r}: expected one of {' '.join(BEHAVIORS)}")
+                    shown = _shown(beh) if beh is not None else "missing"
+                    raise CommandError(f"behavior {shown}: expected one of {' '.join(BEHAVIORS)}")
+                flavor = kw.get("flavor")
+                if flavor not in (None, "PSP"):
+                    raise CommandError(f"flavor {_shown(flavor)}: only PSP is supported")
                 nh = _address(kw.pop("nh")) if "nh" in kw else None
                 ls = LocalSid(
                     sid, beh, nh, _int(kw.pop("table", "0"), "table"), kw.pop("flavor", None), table
@@ -322,16 +348,21 @@ def _sr(r: RouterControl, argv: list[str]) -> Reply:
                 _no_more(kw)
                 r.fib.sr("del_localsid", sid, table)
         elif what == "policy":
-            bsid = _address(kw.pop("bsid", None) or _words([], 0, "bsid ADDRESS"))
+            bsid = _v6(kw.pop("bsid", None) or _words([], 0, "bsid ADDRESS"), "bsid")
             if op == "add":
-                segs = [_address(x) for x in kw.pop("segments", [])]
+                segs = [_v6(x, "segment") for x in kw.pop("segments", [])]
                 if not segs:
                     raise CommandError("missing segments S1,S2,… (or segments S1 segments S2)")
-                src = _address(kw.pop("source")) if "source" in kw else None
+                if len(segs) > MAX_SEGMENTS:
+                    raise CommandError(f"{len(segs)} segments: at most {MAX_SEGMENTS}")
+                src = _v6(kw.pop("source"), "source") if "source" in kw else None
+                mode = kw.pop("mode", "encap")
+                if mode not in MODES:
+                    raise CommandError(f"mode {_shown(mode)}: expected {' or '.join(MODES)}")
                 pol = Policy(
                     bsid,
-                    [(segs, _int(kw.pop("weight", "1"), "weight"))],
-                    kw.pop("mode", "encap"),
+                    [(segs, _int(kw.pop("weight", "1"), "weight", MAX_BUCKETS, 1))],
+                    mode,
                     src,
                 )
                 _no_more(kw)
@@ -345,14 +376,15 @@ def _sr(r: RouterControl, argv: list[str]) -> Reply:
             if op == "add":
                 via = kw.pop("via", [])
                 explicit = kw.get("bsid") if kw.get("bsid") != kw.get("prefix") else None
-                bsid = _address(via[-1] if via else explicit or _words([], 0, "via bsid ADDRESS"))
+                bsid = _v6(via[-1] if via else explicit or _words([], 0, "via bsid ADDRESS"),
+                           "bsid")
                 _no_more(kw)
                 r.fib.sr("steer", prefix, bsid, table)
             else:
                 _no_more(kw)
                 r.fib.sr("unsteer", prefix, table)
         else:
-            raise CommandError(f"sr {what!r}: expected localsid, policy or steer")
+            raise CommandError(f"sr {_shown(what)}: expected localsid, policy or steer")
     except RouteError as e:
         raise CommandError(str(e)) from None
     r.commit()
@@ -393,9 +425,9 @@ def _keywords(words: list[str], multi: set[str]) -> dict:
     while i < len(words):
         k = words[i]
         if k not in keys and k != "_pos":
-            raise CommandError(f"unexpected word {k!r}")
+            raise CommandError(f"unexpected word {_shown(k)}")
         if i + 1 >= len(words):
-            raise CommandError(f"{k!r} needs a value")
+            raise CommandError(f"{_shown(k)} needs a value")
         v = words[i + 1]
         if k == "via" and v == "bsid":  # `steer PREFIX via bsid B`
             if i + 2 >= len(words):
@@ -417,7 +449,7 @@ def _keywords(words: list[str], multi: set[str]) -> dict:
 def _no_more(kw: dict) -> None:
     kw.pop("sid", None), kw.pop("bsid", None), kw.pop("prefix", None)
     if kw:
-        raise CommandError(f"unexpected word {next(iter(kw))!r} here")
+        raise CommandError(f"unexpected word {_shown(next(iter(kw)))} here")
 
 
 COMMANDS: dict[str, Callable[[RouterControl, list[str]], Reply]] = {
@@ -439,6 +471,12 @@ def execute(r: RouterControl, argv: list[str]) -> Reply:
     fn = COMMANDS.get(argv[0])
     if fn is None:
         raise CommandError(
-            f"unknown command {argv[0]!r}; expected one of: {', '.join(sorted(COMMANDS))}"
+            f"unknown command {_shown(argv[0])}; expected one of: {', '.join(sorted(COMMANDS))}"
         )
-    return fn(r, argv)
+    try:
+        return fn(r, argv)
+    except CommandError as e:  # a message quoting a 4096-character word: cut it short
+        msg = str(e)
+        if len(msg) <= MAX_ERROR:
+            raise
+        raise CommandError(msg[: MAX_ERROR - 3] + "...") from None

@@ -8,7 +8,9 @@ never silently changes the router's behaviour.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,15 +23,54 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 
+MAX_CONFIG_BYTES = 256 << 20  # a config file (a full table in [[routes]] is ~55 MB) or a rules_file
+MAX_SOCKET_PATH = 107  # bytes in an AF_UNIX path (sun_path holds 108 with its NUL)
+
+
 class ConfigError(ValueError):
     """A user error in a configuration file (one line: file, key, problem)."""
 
 
-def valid_ifname(name: str) -> bool:
-    """Linux's dev_valid_name(): 1-15 bytes, not ``.``/``..``, no ``/``, ``:`` or white
-    space. Dots are fine (``eth0.100``)."""
-    return (0 < len(name.encode()) <= 15 and name not in (".", "..")
-            and not any(c in "/:" or c.isspace() for c in name))
+class FileReadError(ValueError):
+    """A file named by the configuration cannot be read: why, in one line (never what
+    the file holds)."""
+
+
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, or FileReadError.
+
+    Only regular files: a FIFO would block the reader forever, a device could hand out
+    endless data or act on being opened. The path is looked at before it is opened, and
+    opened non-blocking (a FIFO that appears in between does not block either)."""
+    p = str(path)
+    if "\0" in p:
+        raise FileReadError("not a file name (a NUL byte)")
+    try:
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            raise FileReadError("not a regular file")
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise FileReadError(e.strerror or type(e).__name__) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileReadError("not a regular file")
+        if st.st_size > limit:
+            raise FileReadError(f"larger than {limit} bytes")
+        parts, n = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            n += len(chunk)
+            if n > limit:  # it grew while being read
+                raise FileReadError(f"larger than {limit} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+    except OSError as e:
+        raise FileReadError(e.strerror or type(e).__name__) from None
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -157,9 +198,23 @@ class Config:
 
 
 def parse_mac(text: Any, where: str) -> bytes:
-    if not isinstance(text, str) or not _MAC_RE.match(text):
+    if not isinstance(text, str) or not _MAC_RE.fullmatch(text):
         raise ConfigError(f"{where}: {text!r} is not a MAC address like 02:00:00:00:00:01")
     return bytes(int(b, 16) for b in text.split(":"))
+
+
+def valid_ifname(name: Any) -> bool:
+    """A Linux interface name (dev_valid_name): 1-15 bytes, not "." or "..", no "/",
+    ":", whitespace or NUL; here also printable ASCII only (it names /sys and /proc
+    paths and is echoed in logs)."""
+    return (
+        isinstance(name, str)
+        and 1 <= len(name) <= 15
+        and name not in (".", "..")
+        and name.isascii()
+        and name.isprintable()
+        and not any(c in name for c in "/: ")
+    )
 
 
 def format_mac(mac: bytes) -> str:
@@ -207,7 +262,9 @@ class _Reader:
 
 
 def _addr(r: _Reader, key: str, text: Any) -> IPAddress:
-    if not isinstance(text, str):  # ip_address(5) would quietly be 0.0.0.5
+    # ip_address(5) would quietly be 0.0.0.5; "fe80::1%eth0" would carry a scope id that
+    # makes it unequal to the same address elsewhere
+    if not isinstance(text, str) or "%" in text:
         raise r.err(key, f"{text!r} is not an IPv4 or IPv6 address")
     try:
         return ipaddress.ip_address(text)
@@ -239,16 +296,19 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
                     {"name", "mac", "addresses", "mtu", "table", "redirects"})
         name = r.get("name", str, required=True)
         if not valid_ifname(name):
-            raise r.err("name", f"{name!r} is not a valid interface name (1-15 bytes, "
-                        "not . or .., no /, : or white space)")
+            raise r.err("name", f"{name!r} is not a valid interface name (1-15 printable "
+                        "ASCII characters, not . or .., no /, : or white space)")
         if name in names:
             raise r.err("name", f"interface {name!r} defined twice")
         names.add(name)
         mac = parse_mac(t["mac"], f"{path}: interfaces[{n}].mac") if "mac" in t else None
+        if mac is not None and (mac[0] & 1 or mac == bytes(6)):  # a source MAC: unicast
+            raise r.err("mac", f"{t['mac']} is not a unicast MAC address")
         addrs: list[IPInterface] = []
         for a in r.get("addresses", list, []):
             try:
-                if not isinstance(a, str):  # ip_interface(5) would be 0.0.0.5/32
+                # ip_interface(5) would be 0.0.0.5/32; "fe80::1%eth0/64" carries a scope
+                if not isinstance(a, str) or "%" in a:
                     raise TypeError
                 addrs.append(ipaddress.ip_interface(a))
             except (ValueError, TypeError):
@@ -270,6 +330,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         )
         p = r.get("prefix", str, required=True)
         try:
+            if "%" in p:  # a scope id
+                raise ValueError
             prefix = ipaddress.ip_network(p, strict=False)
         except ValueError:
             raise r.err("prefix", f"{p!r} is not a prefix like 203.0.113.0/24") from None
@@ -340,7 +402,10 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     control = ControlConfig()
     if "control" in data:
         r = _Reader(path, "control", data["control"], {"socket"})
-        control = ControlConfig(r.get("socket", str, ControlConfig.socket))
+        sock = r.get("socket", str, ControlConfig.socket)
+        if not sock or "\0" in sock or len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+            raise r.err("socket", f"expected a path of 1..{MAX_SOCKET_PATH} bytes, no NUL")
+        control = ControlConfig(sock)
     firewall = None
     if "firewall" in data:
         from vecroute.firewall.config import parse_firewall_config  # (it imports this module)
@@ -354,14 +419,27 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
 
 
 def load_config(path: str | Path) -> Config:
-    """Read and validate a TOML config file (raises ConfigError with a one-line message)."""
+    """Read and validate a TOML config file (raises ConfigError with a one-line message).
+
+    Every way a file can be wrong is a ConfigError: not a regular file or too large, not
+    UTF-8 (the byte offset is named, the content never), not TOML, nested too deep, an
+    integer of thousands of digits, a value of the wrong type anywhere."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+        raw = read_regular_file(p, MAX_CONFIG_BYTES)
+    except FileReadError as e:
+        raise ConfigError(f"{p}: cannot read: {e}") from None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{p}: line {line}: not UTF-8 text (byte {e.start})") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: invalid TOML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: invalid TOML: arrays or tables nested too deep") from None
+    except ValueError as e:  # int() of more than 4300 digits
         raise ConfigError(f"{p}: invalid TOML: {e}") from None
     return parse_config(data, str(p))

@@ -38,12 +38,12 @@ from vecroute.control.config import Config, ConfigError, load_config
 from vecroute.control.neighbors import NeighborTable
 from vecroute.control.ports import PortError, Ports
 from vecroute.control.punts import IcmpError, Pending, decode_punts, inject_frame, inject_packets
-from vecroute.control.server import ControlServer
+from vecroute.control.server import ControlServer, claim_socket_path
 from vecroute.fib.fib import Fib, RouteError
 from vecroute.firewall.firewall import Firewall, command_changes
 from vecroute.graph import counters as C
 from vecroute.graph.dataplane import build_dataplane
-from vecroute.graph.state import DataPlaneState
+from vecroute.graph.state import TB_RST, DataPlaneState
 from vecroute.io.channel import R_DROPS
 from vecroute.io.worker import DataPlaneWorker
 
@@ -172,6 +172,12 @@ class LiveRouter:
         self.macs = {itf.name: read_mac(itf.name) for itf in cfg.interfaces}
         if self.ports is not None:
             self.ports.claim()  # a second router on a port stops here, before any change
+        try:  # before anything changes: a live router or a non-socket there stops us here
+            Path(cfg.control.socket).parent.mkdir(parents=True, exist_ok=True)
+            claim_socket_path(cfg.control.socket)
+        except OSError as e:  # claim_socket_path's own message names the path
+            msg = f"{cfg.control.socket}: {e.strerror}" if e.strerror else str(e)
+            raise StartupError(f"control socket {msg}") from None
         from vecroute.warmup import warm
 
         # no JIT pause on a first packet or ctl
@@ -416,6 +422,11 @@ class LiveRouter:
         cfg = load_config(path)
         if [i.name for i in cfg.interfaces] != [i.name for i in self.cfg.interfaces]:
             raise ConfigError(f"{path}: interfaces changed; restart to apply")
+        for section in ("router", "control"):  # the workers and the socket are made once
+            if getattr(cfg, section) != getattr(self.cfg, section):
+                log.warning("reload: [%s] changed in %s; it takes effect at restart",
+                            section, path)
+            setattr(cfg, section, getattr(self.cfg, section))
         dp = build_dataplane(cfg, self.macs)
         return cfg, dp.fib, [dp.firewall] + [dp.new_firewall() for _ in self.workers[1:]]
 
@@ -437,10 +448,13 @@ class LiveRouter:
                 gc.disable()
                 try:
                     cfg, fib, firewalls = await _in_daemon_thread(self._build, self.config_path)
-                except (ConfigError, RouteError, OSError) as e:
-                    log.error("reload failed, keeping the running configuration: %s", e)
-                else:
                     self._install(cfg, fib, firewalls)
+                except (ConfigError, RouteError, OSError) as e:
+                    log.error("reload failed, keeping the running configuration: %s",
+                              _one_line(e))
+                except Exception as e:  # noqa: BLE001 - a reload must never stop the router
+                    log.error("reload failed, keeping the running configuration: %s: %s "
+                              "(a bug: please report it)", type(e).__name__, _one_line(e))
                 finally:
                     gc.freeze()
                     gc.enable()
@@ -456,10 +470,20 @@ class LiveRouter:
         self.cfg, self.fib = cfg, fib
         self._commit_pending = False
         tables = self._tables()
-        for w, fw in zip(self.workers, firewalls, strict=True):
+        limits = ((0, cfg.icmp.rate, cfg.icmp.burst),
+                  (TB_RST, cfg.icmp.tcp_reset_rate, cfg.icmp.tcp_reset_burst))
+
+        def apply(w: DataPlaneWorker, fw: Firewall | None) -> None:
             # the firewall is rebuilt from the file: ctl changes and states are gone
-            w.call(lambda w, fw=fw: (w.graph.attach_firewall(fw), w.graph.swap_state(tables))
-                   ).add_done_callback(_log_failure)
+            w.graph.attach_firewall(fw)
+            w.graph.swap_state(tables)
+            # the ICMP and RST buckets are the worker's own (they carry over swaps):
+            # [icmp] is applied to them here, their tokens kept up to the new burst
+            for base, rate, burst in limits:
+                set_icmp_limit(w.graph.state.icmp_tb, rate, burst, base)
+
+        for w, fw in zip(self.workers, firewalls, strict=True):
+            w.call(lambda w, fw=fw: apply(w, fw)).add_done_callback(_log_failure)
         self.neigh.changed = False
         self._flush()
         log.info("reloaded %s: %d routes", self.config_path, len(fib.routes))
@@ -570,6 +594,20 @@ async def _in_daemon_thread(fn: Callable, *args: object) -> object:
 
     threading.Thread(target=body, name="vecroute-reload", daemon=True).start()
     return await fut
+
+
+def set_icmp_limit(tb, rate: int, burst: int, base: int = 0) -> None:
+    """Give a running token bucket of ``icmp_tb`` (ICMP at 0, RSTs at TB_RST) a new rate
+    (tokens/s) and burst (tokens)."""
+    from vecroute.graph.state import TB_BURST, TB_CREDIT, TB_RATE
+
+    tb[base + TB_RATE] = rate
+    tb[base + TB_BURST] = burst
+    tb[base + TB_CREDIT] = min(int(tb[base + TB_CREDIT]), burst * 1_000_000_000)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def _log_failure(fut) -> None:

@@ -24,7 +24,9 @@ import asyncio
 import json
 import logging
 import os
+import pwd
 import socket
+import stat
 import struct
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
@@ -56,12 +58,8 @@ class ControlServer:
     def __init__(self, path: str, router: RouterControl) -> None:
         self.path = path
         self.router = router
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if p.exists() or p.is_symlink():
-            if _alive(path):
-                raise OSError(f"{path}: another vecroute is listening there")
-            p.unlink()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        claim_socket_path(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.bind(path)
@@ -143,9 +141,8 @@ class ControlServer:
             self._conns.pop(task, None)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        uid, gid = _peer(writer.get_extra_info("socket"))
-        st = os.stat(self.path)
-        if uid not in (0, os.geteuid()) and gid != st.st_gid:
+        conn = writer.get_extra_info("socket")
+        if not peer_allowed(conn, os.stat(self.path).st_gid):
             await _send(writer, _error("permission denied: root or the socket's group"))
             return
         try:
@@ -248,6 +245,10 @@ def parse_request(data: bytes) -> list[str]:
     for i, w in enumerate(argv):
         if len(w) > MAX_WORD:
             raise RequestError(f"request too long: word {i} has more than {MAX_WORD} characters")
+        try:
+            w.encode()
+        except UnicodeEncodeError:  # "\ud800" in the JSON: no text a command could mean
+            raise RequestError(f"malformed request: word {i} is not valid Unicode") from None
     return argv
 
 
@@ -295,24 +296,68 @@ def _line(obj: dict) -> bytes:
     return json.dumps(obj).encode() + b"\n"
 
 
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
+
+
 def _peer(conn) -> tuple[int, int]:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, gid = struct.unpack("3i", creds)
     return uid, gid
 
 
+def peer_groups(conn, uid: int, gid: int) -> set[int]:
+    """The peer's groups, supplementary ones included: what the kernel checked when it
+    let the peer connect (SO_PEERGROUPS), else the groups the user database gives its
+    uid (an unknown uid has only its primary group)."""
+    try:
+        # Python allows at most 1024 bytes (256 groups); more: ERANGE, the fallback
+        raw = conn.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 1024)
+        return {gid, *struct.unpack(f"{len(raw) // 4}I", raw[: len(raw) // 4 * 4])}
+    except OSError:
+        pass
+    try:
+        return {gid, *os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)}
+    except (KeyError, OSError):
+        return {gid}
+
+
+def peer_allowed(conn, sock_gid: int) -> bool:
+    """Root, the router's own user, or a member of the socket's group (primary or
+    supplementary: `usermod -aG vecroute alice` is how a user is let in)."""
+    uid, gid = _peer(conn)
+    return uid in (0, os.geteuid()) or sock_gid in peer_groups(conn, uid, gid)
+
+
+def claim_socket_path(path: str) -> None:
+    """Make ``path`` free for a new control socket, or raise OSError (one line): a stale
+    socket (nobody listening) is removed; a live one (another router) or anything that is
+    not a socket (a file, a directory, a symlink) is left alone and refused."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        kind = ("a symlink" if stat.S_ISLNK(st.st_mode) else
+                "a directory" if stat.S_ISDIR(st.st_mode) else "not a socket")
+        raise OSError(f"{path} exists and is {kind}: refusing to replace it "
+                      f"(remove it, or set [control] socket)")
+    if _alive(path):
+        raise OSError(f"{path}: another vecroute is listening there")
+    os.unlink(path)
+
+
 def _alive(path: str) -> bool:
-    """Someone listens on ``path`` (a listener whose backlog is full, and so makes connect
-    wait, counts as alive: the start never hangs on it)."""
+    """Whether a server answers at ``path``; only a refused connection (or no file) says
+    no: a full backlog (timeout) is a live router too busy to accept at once."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(2.0)
     try:
         s.connect(path)
         return True
-    except (TimeoutError, BlockingIOError):  # EAGAIN: a listener with a full backlog
-        return True
-    except OSError:
+    except (ConnectionRefusedError, FileNotFoundError):
         return False
+    except OSError:
+        return True
     finally:
         s.close()
 

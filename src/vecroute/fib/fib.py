@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vecroute.control.config import Config, ConfigError, IPAddress, IPNetwork, format_mac
-from vecroute.fib.adjacency import AdjacencyTable, AdjKey, LoadBalanceTable
+from vecroute.fib.adjacency import MAX_BUCKETS, AdjacencyTable, AdjKey, LoadBalanceTable
 from vecroute.fib.lpm import Lpm
 from vecroute.graph.state import (
     ADJ_GLEAN,
@@ -37,6 +37,8 @@ from vecroute.graph.state import (
     DataPlaneState,
     icmp_bucket,
 )
+
+MAX_TABLES = 256  # FIB tables per address family (each costs a 256 KiB trie root)
 
 
 class RouteError(ValueError):
@@ -89,7 +91,7 @@ class Fib:
     """All FIB tables, adjacencies and neighbours of one router."""
 
     def __init__(self) -> None:
-        self.lpm = {4: Lpm(4), 6: Lpm(6)}
+        self.lpm = {4: Lpm(4, MAX_TABLES), 6: Lpm(6, MAX_TABLES)}
         self.adjs = AdjacencyTable()
         self.lbs = LoadBalanceTable(self.adjs)
         self.interfaces: list[Interface] = []
@@ -151,7 +153,10 @@ class Fib:
         self.interfaces.append(itf)
         self.adjs.get(AdjKey(ADJ_REPLY, ifx))
         for fam in (4, 6):
-            self.lpm[fam].table_index(itf.table, create=True)
+            try:
+                self.lpm[fam].table_index(itf.table, create=True)
+            except ValueError as e:  # one table too many
+                raise RouteError(f"interface {itf.name}: {e}") from None
         for a in itf.addresses:
             host = ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}")
             self._install(Route(host, itf.table, "local", []), self.lbs.get([self.adjs.local]))
@@ -235,29 +240,45 @@ class Fib:
         except ValueError:
             raise RouteError(f"{prefix!r} is not a prefix") from None
         via = list(via or [])
-        if self.lpm[prefix.version].table_index(table) < 0:
-            self.lpm[prefix.version].table_index(table, create=True)
+        # everything is checked before anything changes (a table, an adjacency)
         paths: list[tuple[int, IPAddress | None]] = []
         if blackhole:
-            lb = self.lbs.get([self.adjs.drop])
+            pass
         elif via:
-            adjs = []
             for nh in via:
                 if nh.version != prefix.version:
                     raise RouteError(f"next hop {nh} is not IPv{prefix.version}")
                 ifx = self.interface_index(dev) if dev else self._connected_interface(nh, table)
                 paths.append((ifx, nh))
-                adjs.append(self._nh_adjacency(ifx, nh))
+            w = weights or [1] * len(via)
+            if len(w) != len(via) or not all(
+                isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_BUCKETS
+                for x in w
+            ):
+                raise RouteError(f"ECMP weights must be integers 1..{MAX_BUCKETS}, one per path")
+            if sum(w) > MAX_BUCKETS:
+                raise RouteError(f"ECMP weights add up to {sum(w)} buckets, at most "
+                                 f"{MAX_BUCKETS}")
+        elif dev:
+            paths.append((self.interface_index(dev), None))
+        else:
+            raise RouteError("a route needs a next hop, a device or blackhole")
+        if self.lpm[prefix.version].table_index(table) < 0:
+            try:
+                self.lpm[prefix.version].table_index(table, create=True)
+            except ValueError as e:  # a bad table id, or one table too many
+                raise RouteError(str(e)) from None
+        if blackhole:
+            lb = self.lbs.get([self.adjs.drop])
+        elif via:
+            adjs = [self._nh_adjacency(ifx, nh) for ifx, nh in paths]
             try:
                 lb = self.lbs.get(adjs, weights)
             except ValueError as e:  # too many ECMP buckets
                 raise RouteError(str(e)) from None
-        elif dev:
-            ifx = self.interface_index(dev)
-            paths.append((ifx, None))
-            lb = self.lbs.get([self.adjs.get(AdjKey(ADJ_GLEAN, ifx, prefix.version))])
         else:
-            raise RouteError("a route needs a next hop, a device or blackhole")
+            ifx = paths[0][0]
+            lb = self.lbs.get([self.adjs.get(AdjKey(ADJ_GLEAN, ifx, prefix.version))])
         route = Route(prefix, table, "static", paths, weights)
         self._install(route, lb)
         return route
@@ -292,7 +313,7 @@ class Fib:
 
         try:
             return getattr(self.srv6, op)(*args, **kwargs)
-        except Srv6Error as e:
+        except (Srv6Error, ValueError) as e:  # ValueError: a bad table id, too many tables
             raise RouteError(str(e)) from None
 
     # -- neighbours -------------------------------------------------------------------------

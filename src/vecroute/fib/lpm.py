@@ -77,11 +77,13 @@ class Lpm:
     linked, folded into their parent before they are freed).
     """
 
-    def __init__(self, family: int) -> None:
-        """Create an empty set of tables for IPv4 (``family=4``) or IPv6 (``family=6``)."""
+    def __init__(self, family: int, max_tables: int = _MAX_TABLES) -> None:
+        """Create an empty set of tables for IPv4 (``family=4``) or IPv6 (``family=6``);
+        at most ``max_tables`` of them (each costs a 256 KiB root)."""
         if family not in (4, 6):
             raise ValueError(f"address family must be 4 or 6, not {family!r}")
         self.family = family
+        self.max_tables = min(max_tables, _MAX_TABLES)
         self._bits = 32 if family == 4 else 128
         self._kw = 1 if family == 4 else 3  # uint64 words per rule-store key
         self._max_new = 2 if family == 4 else 14  # groups one add may allocate
@@ -151,8 +153,9 @@ class Lpm:
         _check_table_id(table_id)
         if not create:
             return -1
-        if len(self._ids) >= _MAX_TABLES:
-            raise ValueError(f"too many tables: cannot create table {table_id}")
+        if len(self._ids) >= self.max_tables:
+            raise ValueError(f"too many tables: cannot create table {table_id} "
+                             f"(at most {self.max_tables})")
         idx = len(self._ids)
         self._roots = np.concatenate([self._roots, np.zeros((1, ROOT_SIZE), np.uint32)])
         self._index[table_id] = idx

@@ -33,9 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vecroute.control.config import ConfigError
+from vecroute.control.config import (
+    MAX_CONFIG_BYTES,
+    ConfigError,
+    FileReadError,
+    read_regular_file,
+)
 from vecroute.firewall.rules import (
     IFACE_OPTIONS,
+    TABLE_NAME_RE,
     Rule,
     RuleError,
     is_blank,
@@ -44,6 +50,8 @@ from vecroute.firewall.rules import (
 )
 from vecroute.firewall.states import DEFAULT_LIFETIMES, LIFETIMES, adaptive_bounds
 from vecroute.firewall.tables import (
+    MAX_TABLE_FILE,
+    MAX_TABLES,
     TABLE_TYPES,
     AddrEntries,
     TableError,
@@ -174,15 +182,13 @@ def parse_firewall_config(
         if unknown:
             raise err(f"{where}.{unknown[0]}", "unknown key (allowed: entries, file, name, type)")
         name = t.get("name")
-        if (
-            not isinstance(name, str)
-            or not name
-            or len(name) > 63
-            or not all(c.isalnum() or c in "_.-" for c in name)
-        ):
-            raise err(f"{where}.name", f"{name!r} is not a table name (letters, digits, _.-)")
+        if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
+            raise err(f"{where}.name",
+                      f"{name!r} is not a table name (1-63 ASCII letters, digits, _.-)")
         if name in names:
             raise err(f"{where}.name", f"table {name!r} defined twice")
+        if len(names) >= MAX_TABLES:
+            raise err(f"{where}", f"at most {MAX_TABLES} tables")
         ty = t.get("type", "addr")
         if ty not in TABLE_TYPES:
             raise err(f"{where}.type", f"expected addr, number or iface, got {ty!r}")
@@ -202,14 +208,15 @@ def parse_firewall_config(
                     raise err(f"{where}.file", f"expected a file name, got {f!r}")
                 p = base / f
                 try:
-                    data = p.read_bytes()
-                except OSError as e:
-                    raise err(f"{where}.file", f"cannot read {str(p)!r}: {e.strerror}") from None
+                    data = read_regular_file(p, MAX_TABLE_FILE)
+                except FileReadError as e:
+                    raise err(f"{where}.file", f"cannot read {str(p)!r}: {e}") from None
+                # a file's lines are never quoted in an error: it may be any file at all
                 if ty == "addr":
-                    tc.payloads.append(parse_addr_entries(data, str(p)))
+                    tc.payloads.append(parse_addr_entries(data, str(p), quote=False))
                 else:
                     lines = data.decode("utf-8", errors="replace").split("\n")
-                    tc.payloads.append(_parse_entries(ty, lines, None, str(p)))
+                    tc.payloads.append(_parse_entries(ty, lines, None, str(p), quote=False))
                 tc.sources.append(str(p))
         except TableError as e:
             msg = str(e)
@@ -229,17 +236,27 @@ def parse_firewall_config(
             raise err("rules_file", f"expected a file name, got {f!r}")
         p = base / f
         try:
-            content = p.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            reason = getattr(e, "strerror", None) or str(e)
-            raise err("rules_file", f"cannot read {str(p)!r}: {reason}") from None
+            content = read_regular_file(p, MAX_CONFIG_BYTES).decode()
+        except FileReadError as e:
+            raise err("rules_file", f"cannot read {str(p)!r}: {e}") from None
+        except UnicodeDecodeError as e:  # where, never what: the file may be any file
+            raise err("rules_file", f"cannot read {str(p)!r}: not UTF-8 text "
+                                    f"(byte {e.start})") from None
         texts += [(f"{p}:{k + 1}", line) for k, line in enumerate(content.split("\n"))]
+    from_file = len(rv)  # texts[from_file:] are lines of rules_file
     rules, places = [], []
     try:
-        for where, line in texts:
+        for k, (where, line) in enumerate(texts):
             if is_blank(line):
                 continue
-            rules.append(parse_rule(line, where))
+            try:
+                rules.append(parse_rule(line, where))
+            except RuleError as e:
+                if k < from_file:
+                    raise
+                # a line of rules_file: its place and the word's index, not the word
+                at = f"word {e.word_index}: " if e.word_index is not None else ""
+                raise FirewallConfigError(f"{path}: {e.where}: {at}{e.msg}") from None
             places.append(where)
         rules = number_rules(rules, 0, places)
     except RuleError as e:
@@ -261,12 +278,14 @@ def parse_firewall_config(
     return cfg
 
 
-def _parse_entries(ty: str, lines: list[str], places: list[str] | None, where: str = ""):
+def _parse_entries(
+    ty: str, lines: list[str], places: list[str] | None, where: str = "", quote: bool = True
+):
     if ty == "addr":
-        return parse_addr_entries("\n".join(lines), where, places)
+        return parse_addr_entries("\n".join(lines), where, places, quote)
     if ty == "number":
-        return parse_number_entries(lines, where, places)
-    return parse_iface_entries(lines, where, places)
+        return parse_number_entries(lines, where, places, quote)
+    return parse_iface_entries(lines, where, places, quote)
 
 
 __all__ = [

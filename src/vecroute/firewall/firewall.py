@@ -41,6 +41,7 @@ from vecroute.firewall.rules import (
     MAX_NUMBER,
     Rule,
     RuleError,
+    is_number,
     number_rules,
     parse_rule,
 )
@@ -315,15 +316,15 @@ class Firewall:
             r = self.add(" ".join(rest))
             return f"{r}\n"
         if cmd == "delete":
-            if len(rest) != 1 or not rest[0].isdigit():
-                raise ValueError("fw delete: expected a rule number")
+            if len(rest) != 1 or not _rule_number(rest[0]):
+                raise ValueError(f"fw delete: expected a rule number 1..{DEFAULT_NUMBER}")
             n = self.delete(int(rest[0]))
             if not n:
                 raise ValueError(f"fw delete: no rule {int(rest[0]):05d}")
             return ""
         if cmd == "zero":
-            if len(rest) > 1 or (rest and not rest[0].isdigit()):
-                raise ValueError(f"fw zero: expected a rule number, got {' '.join(rest)!r}")
+            if len(rest) > 1 or (rest and not _rule_number(rest[0])):
+                raise ValueError(f"fw zero: expected a rule number 1..{DEFAULT_NUMBER}")
             self.zero(int(rest[0]) if rest else None)
             return ""
         if cmd == "tables":
@@ -389,6 +390,11 @@ def firewall_from_config(cfg) -> Firewall | None:
         )
     except (RuleError, TableError) as e:  # e.g. a rule naming a table that does not exist
         raise FirewallConfigError(str(e)) from None
+
+
+def _rule_number(w: str) -> bool:
+    """1..65535 in ASCII digits (str.isdigit() also accepts "²", which int() refuses)."""
+    return is_number(w) and len(w) <= 5 and 1 <= int(w) <= DEFAULT_NUMBER
 
 
 def _entries(args: list[str]) -> list[str]:

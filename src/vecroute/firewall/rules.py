@@ -137,9 +137,10 @@ OPTION_WORDS = (
     "keep-state",
 )
 
-_TABLE_RE = re.compile(r"^table\(\s*([A-Za-z0-9_.\-]+)\s*(?:,\s*(\d+)\s*)?\)$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,63}$")
-_PORTS_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_TABLE_RE = re.compile(r"^table\(\s*([A-Za-z0-9_.\-]+)\s*(?:,\s*(\d+)\s*)?\)\Z", re.ASCII)
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,63}\Z")
+TABLE_NAME_RE = _NAME_RE  # table names: 1-63 ASCII letters, digits, _.-
+_PORTS_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*\Z", re.ASCII)
 _RANGES_RE = _PORTS_RE
 MAX_TABLE_VALUE = (1 << 22) - 1  # table values share the LPM's 22-bit value field
 
@@ -408,12 +409,27 @@ class _Cursor:
         return RuleError(self.where, self.i + 1, self.words[self.i], msg)
 
 
+def is_number(w: str) -> bool:
+    """ASCII digits only: str.isdigit() also accepts "²", which int() refuses."""
+    return w.isascii() and w.isdigit()
+
+
+def _bounded(text: str, hi: int) -> int:
+    """int(text) of ASCII digits, or hi + 1 for a number too long to be in range (int()
+    of thousands of digits is slow, of more than 4300 an error)."""
+    return int(text) if len(text) <= len(str(hi)) + 1 else hi + 1
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 24 else text[:20] + "..."
+
+
 def _int(c: _Cursor, w: str, lo: int, hi: int, what: str) -> int:
-    if not w.isdigit():
+    if not is_number(w):
         raise c.error(f"expected {what} ({lo}..{hi})")
-    v = int(w)
+    v = _bounded(w, hi)
     if not lo <= v <= hi:
-        raise c.error(f"{what} {v} out of range {lo}..{hi}")
+        raise c.error(f"{what} {_shown(w)} out of range {lo}..{hi}")
     return v
 
 
@@ -423,9 +439,9 @@ def _ranges(c: _Cursor, w: str, lo: int, hi: int, what: str) -> Ranges:
     out = []
     for part in w.split(","):
         a, _, b = part.partition("-")
-        x, y = int(a), int(b) if b else int(a)
+        x, y = _bounded(a, hi), _bounded(b, hi) if b else _bounded(a, hi)
         if not (lo <= x <= hi and lo <= y <= hi):
-            raise c.error(f"{what} {part} out of range {lo}..{hi}")
+            raise c.error(f"{what} {_shown(part)} out of range {lo}..{hi}")
         if x > y:
             raise c.error(f"{what} range {part} is reversed")
         out.append((x, y))
@@ -438,9 +454,9 @@ def _table_word(c: _Cursor, w: str) -> tuple[str, int | None]:
         raise c.error("expected table(NAME) or table(NAME,VALUE)")
     value = None
     if m.group(2) is not None:
-        value = int(m.group(2))
+        value = _bounded(m.group(2), MAX_TABLE_VALUE)
         if value > MAX_TABLE_VALUE:
-            raise c.error(f"table value {value} out of range 0..{MAX_TABLE_VALUE}")
+            raise c.error(f"table value {_shown(m.group(2))} out of range 0..{MAX_TABLE_VALUE}")
     return m.group(1), value
 
 
@@ -575,7 +591,7 @@ def parse_rule(text: str, where: str = "<rule>", number: int | None = None) -> R
         raise RuleError(where, None, None, "empty rule")
     w = c.take("an action")
     num = number
-    if w.isdigit():
+    if is_number(w):
         num = _int(c, w, 1, MAX_NUMBER, "rule number")
         w = c.take("an action")
     action = ACTION_WORDS.get(w.lower())
@@ -610,7 +626,7 @@ def parse_rule(text: str, where: str = "<rule>", number: int | None = None) -> R
     lw = w.lower()
     if lw in PROTO_WORDS:
         proto, family = PROTO_WORDS[lw]
-    elif lw.isdigit():
+    elif is_number(lw):
         proto, family = _int(c, lw, 0, 255, "protocol number"), None
     else:
         raise c.error("expected a protocol: ip, ip4, ip6, tcp, udp, icmp, ipv6-icmp or 0..255")

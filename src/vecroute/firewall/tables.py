@@ -36,7 +36,7 @@ from numba import njit
 
 from vecroute.fib.lpm import Lpm
 from vecroute.fib.lpm_kernels import EXT, INDEX_MASK, VALID, VALUE_MASK
-from vecroute.firewall.rules import MAX_TABLE_VALUE
+from vecroute.firewall.rules import MAX_TABLE_VALUE, TABLE_NAME_RE
 
 TABLE_TYPES = ("addr", "number", "iface")
 TT_ADDR = 0
@@ -56,6 +56,8 @@ NT_KEY = 1
 NT_VALUE = 2
 
 MAX_NUMBER_KEY = (1 << 32) - 1
+MAX_TABLES = 128  # tables of one firewall (an addr table holds two 256 KiB trie roots)
+MAX_TABLE_FILE = 256 << 20  # bytes in one table file (a full BGP table is about 20 MB)
 _M64 = (1 << 64) - 1
 
 
@@ -454,34 +456,61 @@ class AddrEntries:
         return int(self.a4.shape[0] + self.h6.shape[0])
 
 
+class _BadEntry(ValueError):
+    """An entry that does not parse: the message quoting it, and ``plain`` without it (for
+    files: an error never echoes what a file holds)."""
+
+    def __init__(self, quoted: str, plain: str | None = None) -> None:
+        super().__init__(quoted)
+        self.plain = plain or quoted
+
+
 def _split_key_value(line: str) -> tuple[str, str | None]:
     parts = line.split()
     if len(parts) == 1:
         return parts[0], None
     if len(parts) == 2:
         return parts[0], parts[1]
-    raise ValueError("expected KEY [VALUE]")
+    raise _BadEntry("expected KEY [VALUE]")
+
+
+def _uint(text: str, hi: int) -> int | None:
+    """int(text) for ASCII digits 0..hi, else None (str.isdigit() accepts "²", which
+    int() refuses; thousands of digits are refused before int() spends time on them)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(hi)):
+        return None
+    v = int(text)
+    return v if v <= hi else None
 
 
 def _value(text: str | None) -> int:
     if text is None:
         return 0
-    if not text.isdigit() or int(text) > MAX_TABLE_VALUE:
-        raise ValueError(f"value {text!r} is not an integer 0..{MAX_TABLE_VALUE}")
-    return int(text)
+    v = _uint(text, MAX_TABLE_VALUE)
+    if v is None:
+        raise _BadEntry(f"value {text!r} is not an integer 0..{MAX_TABLE_VALUE}",
+                        f"value is not an integer 0..{MAX_TABLE_VALUE}")
+    return v
 
 
 def _strip(line: str) -> str:
     return line.split("#", 1)[0].strip()
 
 
+def _entry_error(place: str, line: str, e: ValueError, quote: bool) -> TableError:
+    if quote:
+        return TableError(f"{place}: {line!r}: {e}")
+    return TableError(f"{place}: {getattr(e, 'plain', None) or 'bad entry'}")
+
+
 def parse_addr_entries(
-    data: bytes | str, where: str, line_names: Sequence[str] | None = None
+    data: bytes | str, where: str, line_names: Sequence[str] | None = None, quote: bool = True
 ) -> AddrEntries:
     """Parse addr-table lines "PREFIX [VALUE]" (vectorised; exotic forms via ``ipaddress``).
-    Errors name ``where`` and the line (or ``line_names[k]`` when given)."""
+    Errors name ``where`` and the line (or ``line_names[k]`` when given), and quote the
+    line only with ``quote`` (not for files)."""
     if isinstance(data, str):
-        data = data.encode()
+        data = data.encode("utf-8", errors="replace")
     bad, *arrays = parse_addr_lines(np.frombuffer(data, np.uint8))
     if bad == 0:
         return AddrEntries(*arrays)
@@ -494,11 +523,15 @@ def parse_addr_entries(
         place = line_names[k] if line_names else f"{where}:{k + 1}"
         try:
             key, val = _split_key_value(line)
-            net = ipaddress.ip_network(key, strict=False)
+            try:
+                net = ipaddress.ip_network(key, strict=False)
+            except ValueError:
+                raise _BadEntry("not an address/prefix") from None
+            if "%" in key:  # a scope id (fe80::1%eth0) is no table key
+                raise _BadEntry("not an address/prefix")
             value = _value(val)
         except ValueError as e:
-            msg = str(e) if "value" in str(e) or "KEY" in str(e) else "not an address/prefix"
-            raise TableError(f"{place}: {line!r}: {msg}") from None
+            raise _entry_error(place, line, e, quote) from None
         (v4 if net.version == 4 else v6).append((int(net.network_address), net.prefixlen, value))
     return AddrEntries(
         np.array([a for a, _, _ in v4], np.uint32),
@@ -512,7 +545,8 @@ def parse_addr_entries(
 
 
 def parse_number_entries(
-    lines: Iterable[str], where: str, line_names: Sequence[str] | None = None
+    lines: Iterable[str], where: str, line_names: Sequence[str] | None = None,
+    quote: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """ "NUMBER [VALUE]" lines -> (keys int64, values int64)."""
     keys, vals = [], []
@@ -523,17 +557,20 @@ def parse_number_entries(
         place = line_names[k] if line_names else f"{where}:{k + 1}"
         try:
             key, val = _split_key_value(line)
-            if not key.isdigit() or int(key) > MAX_NUMBER_KEY:
-                raise ValueError(f"key {key!r} is not an integer 0..{MAX_NUMBER_KEY}")
-            keys.append(int(key))
+            n = _uint(key, MAX_NUMBER_KEY)
+            if n is None:
+                raise _BadEntry(f"key {key!r} is not an integer 0..{MAX_NUMBER_KEY}",
+                                f"key is not an integer 0..{MAX_NUMBER_KEY}")
+            keys.append(n)
             vals.append(_value(val))
         except ValueError as e:
-            raise TableError(f"{place}: {line!r}: {e}") from None
+            raise _entry_error(place, line, e, quote) from None
     return np.array(keys, np.int64), np.array(vals, np.int64)
 
 
 def parse_iface_entries(
-    lines: Iterable[str], where: str, line_names: Sequence[str] | None = None
+    lines: Iterable[str], where: str, line_names: Sequence[str] | None = None,
+    quote: bool = True,
 ) -> list[tuple[str, int]]:
     """ "IFNAME [VALUE]" lines -> [(name, value)]."""
     out = []
@@ -545,10 +582,10 @@ def parse_iface_entries(
         try:
             key, val = _split_key_value(line)
             if len(key) > 15 or "/" in key:
-                raise ValueError(f"{key!r} is not an interface name")
+                raise _BadEntry(f"{key!r} is not an interface name", "not an interface name")
             out.append((key, _value(val)))
         except ValueError as e:
-            raise TableError(f"{place}: {line!r}: {e}") from None
+            raise _entry_error(place, line, e, quote) from None
     return out
 
 
@@ -661,8 +698,12 @@ class FwTables:
         """Create an empty table; returns its slot."""
         if type_ not in TABLE_TYPES:
             raise TableError(f"table {name!r}: type {type_!r} is not addr, number or iface")
+        if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
+            raise TableError(f"{name!r} is not a table name (1-63 letters, digits, _.-)")
         if name in self.slots:
             raise TableError(f"table {name!r} exists already")
+        if len(self.types) >= MAX_TABLES:  # ipfw's net.inet.ip.fw.tables_max is 128 too
+            raise TableError(f"table {name!r}: at most {MAX_TABLES} tables")
         slot = len(self.types)
         row = np.full((1, T_COLS), -1, np.int32)
         row[0, TI_TYPE] = TABLE_TYPES.index(type_)
@@ -707,15 +748,23 @@ class FwTables:
 
     # -- entries --------------------------------------------------------------------------------
 
-    def add_text(self, name: str, text: str | bytes, where: str = "<entries>") -> int:
-        """Add "KEY [VALUE]" lines (a file's content); returns the number of lines parsed."""
+    def add_text(
+        self, name: str, text: str | bytes, where: str = "<entries>", quote: bool = True
+    ) -> int:
+        """Add "KEY [VALUE]" lines (a file's content: ``quote=False``, its errors do not
+        echo it); returns the number of lines parsed."""
         t = self.type_of(name)
         if t == "addr":
-            e = parse_addr_entries(text, where)
+            e = parse_addr_entries(text, where, quote=quote)
             self._add_addr(name, e)
             return len(e)
-        lines = (text.decode() if isinstance(text, bytes) else text).split("\n")
-        return self.add(name, lines, where)
+        lines = (text.decode("utf-8", errors="replace") if isinstance(text, bytes)
+                 else text).split("\n")
+        if t == "number":
+            keys, vals = parse_number_entries(lines, where, quote=quote)
+            self._add_number(name, keys, vals)
+            return int(keys.shape[0])
+        return self.add_parsed(name, parse_iface_entries(lines, where, quote=quote))
 
     def add(
         self,
@@ -760,12 +809,15 @@ class FwTables:
         return len(payload)
 
     def add_file(self, name: str, path: str | Path) -> int:
+        """Add a table file's lines (a regular file of at most MAX_TABLE_FILE bytes)."""
+        from vecroute.control.config import FileReadError, read_regular_file
+
         p = Path(path)
         try:
-            data = p.read_bytes()
-        except OSError as e:
-            raise TableError(f"{p}: cannot read: {e.strerror}") from None
-        return self.add_text(name, data, str(p))
+            data = read_regular_file(p, MAX_TABLE_FILE)
+        except FileReadError as e:
+            raise TableError(f"{p}: cannot read: {e}") from None
+        return self.add_text(name, data, str(p), quote=False)
 
     def _add_addr(self, name: str, e: AddrEntries) -> None:
         b = self._backing(name)

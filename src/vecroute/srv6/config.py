@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def _v6(r: _Reader, key: str, text: Any) -> ipaddress.IPv6Address:
-    if not isinstance(text, str):  # IPv6Address(5) would quietly be ::5
+    # IPv6Address(5) would quietly be ::5; "fe80::1%eth0" (a scope) is no SRv6 address
+    if not isinstance(text, str) or "%" in text:
         raise r.err(key, f"{text!r} is not an IPv6 address")
     try:
         return ipaddress.IPv6Address(text)
@@ -32,6 +33,10 @@ def _segments(r: _Reader, key: str, v: Any) -> list[ipaddress.IPv6Address]:
 def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
     """Validate [srv6] and install it; raises ConfigError (one line)."""
     top = _Reader(path, "srv6", section, {"encap_source", "localsids", "policies", "steering"})
+    for key in ("localsids", "policies", "steering"):  # `localsids = 5` is no list to walk
+        if not isinstance(section.get(key, []), list):
+            raise top.err(key, f"expected an array of tables ([[srv6.{key}]]), got "
+                               f"{type(section[key]).__name__}")
     if "encap_source" in section:
         fib.srv6.encap_source = _v6(top, "encap_source", section["encap_source"])
     for n, t in enumerate(section.get("localsids", [])):
@@ -39,6 +44,8 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
                                                       "flavor", "fib_table"})
         text = r.get("sid", str, required=True)
         try:
+            if "%" in text:
+                raise ValueError
             sid = ipaddress.IPv6Network(text if "/" in text else f"{text}/128", strict=False)
         except ValueError:
             raise r.err("sid", f"{text!r} is not an IPv6 SID or locator prefix") from None
@@ -48,7 +55,7 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
         nh = None
         if "nh" in t:
             try:
-                if not isinstance(t["nh"], str):  # ip_address(5) would be 0.0.0.5
+                if not isinstance(t["nh"], str) or "%" in t["nh"]:  # ip_address(5): 0.0.0.5
                     raise TypeError
                 nh = ipaddress.ip_address(t["nh"])
             except (ValueError, TypeError):
@@ -89,7 +96,10 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
     for n, t in enumerate(section.get("steering", [])):
         r = _Reader(path, f"srv6.steering[{n}]", t, {"prefix", "bsid", "table"})
         try:
-            prefix = ipaddress.ip_network(r.get("prefix", str, required=True), strict=False)
+            text = r.get("prefix", str, required=True)
+            if "%" in text:
+                raise ValueError
+            prefix = ipaddress.ip_network(text, strict=False)
         except ValueError:
             raise r.err("prefix", f"{t['prefix']!r} is not a prefix") from None
         bsid = _v6(r, "bsid", r.get("bsid", str, required=True))

@@ -151,6 +151,9 @@ class Srv6Tables:
             self.fib.adjs.pin(adj)  # held by the SID table, not by a load-balance
         fib4 = self.fib.lpm[4].table_index(ls.table, create=True)
         fib6 = self.fib.lpm[6].table_index(ls.table, create=True)
+        # the table the SID is installed in, now: one table too many fails here, before
+        # the SID is written anywhere
+        self.fib.lpm[6].table_index(ls.fib_table, create=True)
         key = (ls.fib_table, ls.sid)
         old = self.localsids.get(key)
         if old is not None:
@@ -195,17 +198,29 @@ class Srv6Tables:
                             "policy's source")
         if not p.segment_lists:
             raise Srv6Error("a policy needs at least one segment list")
+        for what, a in (("binding SID", p.bsid), ("source", src)):
+            if not isinstance(a, ipaddress.IPv6Address):
+                raise Srv6Error(f"{what} {a}: not an IPv6 address")
         self._check_free(ipaddress.ip_network(f"{p.bsid}/128"), 0, "srv6-bsid")
-        buckets: list[int] = []
-        lists: list[int] = []
-        old = self.policies.get(p.bsid)
+        # everything is checked before anything is allocated: a bad policy changes nothing
         for segs, weight in p.segment_lists:
             if not segs:
                 raise Srv6Error("a segment list needs at least one segment")
             if len(segs) > MAX_SEGMENTS:
                 raise Srv6Error(f"{len(segs)} segments: at most {MAX_SEGMENTS}")
+            for seg in segs:  # the SRH holds 128-bit segments (RFC 8754)
+                if not isinstance(seg, ipaddress.IPv6Address):
+                    raise Srv6Error(f"segment {seg}: not an IPv6 address")
             if not 1 <= weight <= MAX_BUCKETS:
                 raise Srv6Error(f"weight {weight}: expected 1..{MAX_BUCKETS}")
+        total = sum(w for _, w in p.segment_lists)
+        if total > MAX_BUCKETS:
+            raise Srv6Error(f"weights add up to {total} buckets, at most {MAX_BUCKETS}")
+        fib6 = self.fib.lpm[6].table_index(p.table, create=True)
+        buckets: list[int] = []
+        lists: list[int] = []
+        old = self.policies.get(p.bsid)
+        for segs, weight in p.segment_lists:
             hdr, has_srh = outer_header(segs, src, p.mode)
             li = self._n_list
             self._n_list += 1
@@ -215,12 +230,10 @@ class Srv6Tables:
             self.sr_hdr[li, : len(hdr)] = np.frombuffer(hdr, dtype=np.uint8)
             self.sr_list[li, LIST_HDRLEN] = len(hdr)
             self.sr_list[li, LIST_SRH] = 1 if has_srh else 0
-            self.sr_list[li, LIST_FIB] = self.fib.lpm[6].table_index(p.table, create=True)
+            self.sr_list[li, LIST_FIB] = fib6
             self.sr_cache[li] = -1
             lists.append(li)
             buckets += [li] * weight
-        if len(buckets) > MAX_BUCKETS:
-            raise Srv6Error(f"weights add up to {len(buckets)} buckets, at most {MAX_BUCKETS}")
         p.index = old.index if old else self._n_pol
         if not old:
             self._n_pol += 1
