@@ -491,7 +491,7 @@ def test_ctl_fw_grammar() -> None:
         execute(c, ["fw", "add", "300", "deny", "ip", "from", "any", "tp", "any"])
     with pytest.raises(CommandError, match="no rule 00999"):
         execute(c, ["fw", "delete", "999"])
-    with pytest.raises(CommandError, match="expected a rule number, got 'abc'"):
+    with pytest.raises(CommandError, match="expected a rule number 1..65535, got 'abc'"):
         execute(c, ["fw", "zero", "abc"])
     with pytest.raises(CommandError, match="default rule cannot be deleted"):
         execute(c, ["fw", "delete", "65535"])

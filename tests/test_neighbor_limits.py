@@ -148,7 +148,8 @@ def test_arp_flood_bounded_per_interface_and_table_full_keeps_old_entries():
     first = ipaddress.ip_address("10.1.0.16")
     assert (0, first) in env.table.entries  # fresh entries are kept (Linux forced gc)
     # 6 s later they are no longer fresh: new solicitors (one per 20 ms) take their
-    # places, oldest first, a collection down to gc_thresh2 at most every 0.1 s when full
+    # places, oldest first: a collection down to 3/4 of the interface's share at most
+    # every 0.1 s while it is full
     for k in range(5000, 5100):
         env.table.handle_arp(0, _arp_request(k), 6 * S + (k - 5000) * S // 50)
     assert env.table.count(4) <= 256 and (0, first) not in env.table.entries
@@ -307,3 +308,17 @@ def test_random_churn_keeps_counts_consistent():
         assert macs == set(env.fib.neighbors)
         hosts = {r.paths[0][1] for r in env.fib.routes.values() if r.kind == "neighbor"}
         assert hosts == {ip for _, ip in macs}
+
+
+def test_a_neighbour_behind_a_dev_route_gets_its_host_route():
+    """A ``dev`` route outside the interface's subnets resolves its destinations by glean:
+    once one answers, it needs a host route (else every packet would ask again and be
+    dropped as a re-injection loop)."""
+    env = Env()
+    env.fib.add_route("10.9.0.0/16", dev="eth1")
+    ip = ipaddress.ip_address("10.9.1.1")
+    env.table.resolve(1, ip, ("p",), 0)
+    env.table.learn(1, ip, bytes.fromhex("02dd00000009"), 1, create=False, confirmed=True)
+    r = env.fib.routes[(0, ipaddress.ip_network("10.9.1.1/32"))]
+    assert r.kind == "neighbor" and env.reinjected == [("p",)]
+    assert env.fib.lpm[4].lookup(0, ip) == r.lb

@@ -135,14 +135,15 @@ class NeighborTable:
         self.t = settings or NeighborSettings()
         self.entries: dict[tuple[int, object], Neighbor] = {}
         # entries that may be collected (not permanent), least recently heard from first
-        self._lru: dict[int, OrderedDict] = {4: OrderedDict(), 6: OrderedDict()}
-        self._per_if: dict[tuple[int, int], int] = {}  # (family, ifx) -> entries
+        # per (family, interface): the entries that may be collected (not permanent),
+        # least recently heard from first; their sizes are what the limits count
+        self._lru: dict[tuple[int, int], OrderedDict] = {}
         self._heap: list[tuple[int, int, tuple]] = []
         self._seq = 0
         self._queued = 0  # packets in every queue together
         self._tokens = float(self.t.probe_burst)
         self._tokens_at = NEVER
-        self._last_gc = {4: NEVER, 6: NEVER}
+        self._last_gc: dict[tuple[int, int], int] = {}  # (family, ifx or -1) -> last run
         self._warned = NEVER
         self.stats = NeighborStats()
         self.changed = False  # the FIB's adjacencies changed: the router swaps state
@@ -154,23 +155,24 @@ class NeighborTable:
     def count(self, family: int) -> int:
         """Entries of one family that count against gc_thresh1/2/3: all but permanent
         ones (as in Linux since 4.19, the operator's entries are not limited)."""
-        return len(self._lru[family])
+        return sum(len(lru) for (f, _), lru in self._lru.items() if f == family)
+
+    def on_interface(self, family: int, ifx: int) -> int:
+        """Entries of one family on one interface (the number ``per_interface`` limits)."""
+        return len(self._lru.get((family, ifx), ()))
 
     def _add(self, n: Neighbor) -> Neighbor:
         key = (n.ifx, n.ip)
         self.entries[key] = n
         if n.state != PERMANENT:
-            self._lru[n.ip.version][key] = None
-            k = (n.ip.version, n.ifx)
-            self._per_if[k] = self._per_if.get(k, 0) + 1
+            self._lru.setdefault((n.ip.version, n.ifx), OrderedDict())[key] = None
         return n
 
     def _unlimit(self, n: Neighbor) -> None:
         """Out of the collection order and the limits (removed, or made permanent)."""
-        lru, key = self._lru[n.ip.version], (n.ifx, n.ip)
-        if key in lru:
-            del lru[key]
-            self._per_if[(n.ip.version, n.ifx)] -= 1
+        lru = self._lru.get((n.ip.version, n.ifx))
+        if lru is not None:
+            lru.pop((n.ifx, n.ip), None)
 
     def _remove(self, n: Neighbor) -> None:
         """Forget an entry everywhere: its queue (dropped, counted), its FIB state."""
@@ -192,10 +194,9 @@ class NeighborTable:
 
     def _heard(self, n: Neighbor, now: int) -> None:
         n.updated = now
-        lru = self._lru[n.ip.version]
-        key = (n.ifx, n.ip)
-        if key in lru:
-            lru.move_to_end(key)
+        lru = self._lru.get((n.ip.version, n.ifx))
+        if lru is not None and (n.ifx, n.ip) in lru:
+            lru.move_to_end((n.ifx, n.ip))
 
     def _deadline(self, n: Neighbor) -> int | None:
         if n.state in (INCOMPLETE, PROBE):
@@ -220,48 +221,65 @@ class NeighborTable:
     def _collectable(self, n: Neighbor) -> bool:
         return n.state != PERMANENT and not self.fib.neighbor_in_use(n.ip, n.ifx)
 
-    def _collect(self, family: int, now: int, ifx: int | None, force: bool) -> None:
-        """Linux neigh_forced_gc: from the least recently heard, remove unused entries
-        that failed or were not heard from for FRESH_NS (``force``: any unused one), down
-        to gc_thresh2 (or below the interface's share); a bounded scan."""
-        target = self.t.gc_thresh2
-        for key in list(islice(self._lru[family], GC_SCAN)):
+    def _collect(self, family: int, ifx: int, now: int, want: int, force: bool) -> int:
+        """Linux neigh_forced_gc on one interface: from its least recently heard entries
+        (a bounded scan), remove up to ``want`` unused ones that failed or were not heard
+        from for FRESH_NS (``force``: any unused one); returns how many."""
+        lru = self._lru.get((family, ifx))
+        removed = 0
+        for key in list(islice(lru or (), GC_SCAN)):
+            if removed >= want:
+                break
             n = self.entries[key]
-            if ifx is not None:
-                if n.ifx != ifx:
-                    continue
-                if self._per_if.get((family, ifx), 0) < self.t.per_interface:
-                    return
-            elif self.count(family) <= target and not force:
-                return
             if not self._collectable(n):
                 continue
             if force or n.state == FAILED or now - n.updated >= FRESH_NS:
                 self._remove(n)
-                self.stats.collected += 1
-                if force:
-                    return
+                removed += 1
+        self.stats.collected += removed
+        return removed
+
+    def _collect_family(self, family: int, now: int, want: int, force: bool) -> int:
+        """Collect ``want`` entries of a family, the interfaces holding the most first: a
+        flood on one port pays with its own entries, not another port's neighbours."""
+        removed = 0
+        order = sorted((k for k in self._lru if k[0] == family),
+                       key=lambda k: len(self._lru[k]), reverse=True)
+        for _, ifx in order:
+            if removed >= want:
+                break
+            removed += self._collect(family, ifx, now, want - removed, force)
+        return removed
 
     def _room(self, ifx: int, family: int, now: int, needed: bool) -> bool:
-        """Whether a new entry may be created, collecting first if the table is full."""
-        count = self.count(family)
-        per_if = self._per_if.get((family, ifx), 0)
-        full = count >= self.t.gc_thresh3 or per_if >= self.t.per_interface
-        every = FULL_GC_EVERY_NS if full else FORCED_GC_EVERY_NS
-        if (full or count >= self.t.gc_thresh2) and now - self._last_gc[family] >= every:
-            self._last_gc[family] = now
-            self._collect(family, now, None, False)
-            if self._per_if.get((family, ifx), 0) >= self.t.per_interface:
-                self._collect(family, now, ifx, False)
-        for _ in range(2):
-            if (self.count(family) < self.t.gc_thresh3
-                    and self._per_if.get((family, ifx), 0) < self.t.per_interface):
+        """Whether a new entry may be created on ``ifx``, collecting first if the table or
+        the interface's share is full (at most every FULL_GC_EVERY_NS, above gc_thresh2
+        every FORCED_GC_EVERY_NS); a route's next hop (``needed``) may take the place of
+        any unused entry."""
+        t = self.t
+        mine, total = self.on_interface(family, ifx), self.count(family)
+        if mine >= t.per_interface:
+            if now - self._last_gc.get((family, ifx), NEVER) >= FULL_GC_EVERY_NS:
+                # down to 3/4 of the share (room for more than the next one solicitor)
+                self._last_gc[(family, ifx)] = now
+                self._collect(family, ifx, now, mine - t.per_interface * 3 // 4, False)
+        elif total >= t.gc_thresh2:
+            every = FULL_GC_EVERY_NS if total >= t.gc_thresh3 else FORCED_GC_EVERY_NS
+            if now - self._last_gc.get((family, -1), NEVER) >= every:
+                self._last_gc[(family, -1)] = now
+                self._collect_family(family, now, total - t.gc_thresh2, False)
+        while True:
+            mine, total = self.on_interface(family, ifx), self.count(family)
+            if total < t.gc_thresh3 and mine < t.per_interface:
                 return True
             if not needed:
                 break
-            # a route's next hop: any entry nobody routes through makes room
-            over_if = self._per_if.get((family, ifx), 0) >= self.t.per_interface
-            self._collect(family, now, ifx if over_if else None, True)
+            if mine >= t.per_interface:
+                freed = self._collect(family, ifx, now, mine - t.per_interface + 1, True)
+            else:
+                freed = self._collect_family(family, now, total - t.gc_thresh3 + 1, True)
+            if not freed:
+                break
         self.stats.table_full += 1
         if now - self._warned >= 10 * NANO:
             self._warned = now
@@ -507,13 +525,12 @@ class NeighborTable:
                 self.changed = True
                 self.reinject([packet], None)
                 return
-            if len(n.pending) >= self.t.queue_len:
-                if n.pending:
-                    n.pending.popleft()
-                    self._queued -= 1
+            if n.pending and len(n.pending) >= self.t.queue_len:
+                n.pending.popleft()  # unres_qlen: the oldest goes
+                self._queued -= 1
                 self.stats.queue_drops += 1
             if self._queued >= self.t.queue_total or self.t.queue_len == 0:
-                self.stats.queue_drops += 1
+                self.stats.queue_drops += 1  # this one is not queued
             else:
                 n.pending.append(packet)
                 self._queued += 1
@@ -544,17 +561,19 @@ class NeighborTable:
 
     def _periodic_collect(self, family: int, now: int) -> None:
         """Linux neigh_periodic_work: unused entries not heard from for gc_stale_time
-        go (least recently heard first, PERIODIC_SCAN per tick)."""
-        lru = self._lru[family]
-        for key in list(islice(lru, PERIODIC_SCAN)):
-            n = self.entries[key]
-            if now - n.updated < self.t.gc_stale_ns:
-                return  # the rest were heard from later
-            if self._collectable(n):
-                self._remove(n)
-                self.stats.collected += 1
-            else:
-                lru.move_to_end(key)  # in use: not a candidate, out of the way
+        go (least recently heard first, PERIODIC_SCAN per interface and tick)."""
+        for (f, _), lru in list(self._lru.items()):
+            if f != family:
+                continue
+            for key in list(islice(lru, PERIODIC_SCAN)):
+                n = self.entries[key]
+                if now - n.updated < self.t.gc_stale_ns:
+                    break  # the rest were heard from later
+                if self._collectable(n):
+                    self._remove(n)
+                    self.stats.collected += 1
+                else:
+                    lru.move_to_end(key)  # in use: not a candidate, out of the way
 
     def _expire(self, n: Neighbor, now: int) -> None:
         if n.state == INCOMPLETE:

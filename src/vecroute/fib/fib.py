@@ -332,7 +332,8 @@ class Fib:
         host = ipaddress.ip_network(f"{ip}/{ip.max_prefixlen}")
         existing = self.routes.get((itf.table, host))
         on_link = any(ip in x.network for x in itf.addresses if x.version == ip.version)
-        if on_link and (existing is None or existing.kind == "neighbor"):
+        if (on_link or self._gleaned_on(ifx, ip)) and (existing is None
+                                                       or existing.kind == "neighbor"):
             if existing is None:  # (else it is installed already, on the same adjacency)
                 lb = self.lbs.get([self._nh_adjacency(ifx, ip)])
                 self._install(Route(host, itf.table, "neighbor", [(ifx, ip)]), lb)
@@ -351,6 +352,18 @@ class Fib:
         r = self.routes.get((table, host))
         if r is not None and r.kind == "neighbor":
             self._uninstall(table, host)
+
+    def _gleaned_on(self, ifx: int, ip: IPAddress) -> bool:
+        """Whether the FIB reaches ``ip`` by resolving it on ``ifx`` (a ``dev`` route
+        outside the interface's subnets): its neighbour then needs a host route too, or
+        every packet would ask for it again."""
+        lb = self.lpm[ip.version].lookup(self.interfaces[ifx].table, ip)
+        if lb < 0 or self.lbs.paths[lb] is None:
+            return False
+        return any(
+            (k := self.adjs.keys[a]) is not None and k.kind == ADJ_GLEAN and k.ifx == ifx
+            for a in self.lbs.paths[lb]
+        )
 
     def neighbor_in_use(self, ip: IPAddress, ifx: int) -> bool:
         """Whether anything but the neighbour's own host route goes through it (a route's

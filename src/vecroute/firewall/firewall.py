@@ -317,14 +317,14 @@ class Firewall:
             return f"{r}\n"
         if cmd == "delete":
             if len(rest) != 1 or not _rule_number(rest[0]):
-                raise ValueError(f"fw delete: expected a rule number 1..{DEFAULT_NUMBER}")
+                raise ValueError(_number_error("delete", rest))
             n = self.delete(int(rest[0]))
             if not n:
                 raise ValueError(f"fw delete: no rule {int(rest[0]):05d}")
             return ""
         if cmd == "zero":
             if len(rest) > 1 or (rest and not _rule_number(rest[0])):
-                raise ValueError(f"fw zero: expected a rule number 1..{DEFAULT_NUMBER}")
+                raise ValueError(_number_error("zero", rest))
             self.zero(int(rest[0]) if rest else None)
             return ""
         if cmd == "tables":
@@ -390,6 +390,13 @@ def firewall_from_config(cfg) -> Firewall | None:
         )
     except (RuleError, TableError) as e:  # e.g. a rule naming a table that does not exist
         raise FirewallConfigError(str(e)) from None
+
+
+def _number_error(cmd: str, rest: list[str]) -> str:
+    """One line: what ``fw delete|zero`` wanted, and the word it got (quoted short)."""
+    got = "nothing" if not rest else (
+        f"{' '.join(rest)[:40]!r}" if len(rest) > 1 else f"{rest[0][:40]!r}")
+    return f"fw {cmd}: expected a rule number 1..{DEFAULT_NUMBER}, got {got}"
 
 
 def _rule_number(w: str) -> bool:

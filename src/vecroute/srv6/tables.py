@@ -147,13 +147,14 @@ class Srv6Tables:
             if ls.nh is None or ls.nh.version != want:
                 raise Srv6Error(f"{ls.behavior} needs nh = an IPv{want} next hop")
             ifx = self.fib._connected_interface(ls.nh, ls.fib_table)
-            adj = self.fib._nh_adjacency(ifx, ls.nh)
-            self.fib.adjs.pin(adj)  # held by the SID table, not by a load-balance
         fib4 = self.fib.lpm[4].table_index(ls.table, create=True)
         fib6 = self.fib.lpm[6].table_index(ls.table, create=True)
         # the table the SID is installed in, now: one table too many fails here, before
         # the SID is written anywhere
         self.fib.lpm[6].table_index(ls.fib_table, create=True)
+        if needs_nh:  # only now, when nothing can fail any more: a refused SID holds nothing
+            adj = self.fib._nh_adjacency(ifx, ls.nh)
+            self.fib.adjs.pin(adj)  # held by the SID table, not by a load-balance
         key = (ls.fib_table, ls.sid)
         old = self.localsids.get(key)
         if old is not None:
