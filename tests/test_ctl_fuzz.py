@@ -22,6 +22,7 @@ import subprocess
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_ctl_server import read_all
 
 from vecroute.io.netns import Lab
 from vecroute.lab import H2_V4, H2_V6, build, start_router
@@ -153,16 +154,7 @@ def exchange(path: str, payload: bytes) -> dict:
             s.shutdown(socket.SHUT_WR)
         except (BrokenPipeError, ConnectionResetError):
             pass  # refused before reading all of it (too large): the reply is there
-        parts = []
-        while True:
-            try:
-                chunk = s.recv(1 << 20)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            parts.append(chunk)
-    data = b"".join(parts)
+        data = read_all(s)
     assert data.endswith(b"\n") and data.count(b"\n") == 1, data[:300]
     return json.loads(data)
 

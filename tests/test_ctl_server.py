@@ -488,26 +488,7 @@ def test_peer_credentials_checked(served):
     s = served()
     os.chmod(s.dir, 0o755)
     os.chmod(s.path, 0o666)  # let nobody connect: the credential check must refuse it
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: only the socket module, then exit
-        try:
-            os.close(r)
-            os.setgid(65534)
-            os.setuid(65534)
-            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            c.settimeout(5)
-            c.connect(s.path)
-            send(c, req_line(["show", "routes"]))
-            os.write(w, read_all(c))
-        except BaseException as e:  # noqa: BLE001 - reported to the parent
-            os.write(w, repr(e).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        out = f.read()
-    os.waitpid(pid, 0)
+    out = _as_nobody(s.path, [])
     denied = {"ok": False, "error": "permission denied: root or the socket's group"}
     assert json.loads(out) == denied
     assert request(s.path, ["show", "routes"])["ok"]

@@ -8,6 +8,7 @@ goes through the compiled classifier in vectors, like the graph runs it."""
 from __future__ import annotations
 
 import numpy as np
+from test_fw_states import go, tcp
 
 from vecroute.firewall.classifier import DROP_STATE_FULL, V_DROP, V_PASS
 from vecroute.firewall.config import parse_firewall_config
@@ -31,15 +32,6 @@ def firewall(**raw) -> Firewall:
         ],
     )
     return Firewall(parse_firewall_config(raw, "f.toml"))
-
-
-def tcp(src, dst, sp, dp, flags):
-    return make_key(src, dst, 6, sp, dp, flags)
-
-
-def go(fw, key, now):
-    v, r, a = fw.classify(np.atleast_2d(key), 0, now)
-    return int(v[0]), fw.rule_at(int(r[0])).number, int(a[0])
 
 
 def handshake(fw, client, sport, now):

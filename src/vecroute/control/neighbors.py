@@ -576,22 +576,19 @@ class NeighborTable:
                     lru.move_to_end(key)  # in use: not a candidate, out of the way
 
     def _expire(self, n: Neighbor, now: int) -> None:
-        if n.state == INCOMPLETE:
+        """A timer is due: retransmit (multicast while incomplete, unicast when probing
+        a known MAC), fail after max_probes, age, forget a failed entry."""
+        if n.state in (INCOMPLETE, PROBE):
             if n.probes >= self.t.max_probes:
                 self._fail(n, now)
             else:
-                self._probe(n, now, unicast=False)
+                self._probe(n, now, unicast=n.state == PROBE)
         elif n.state == REACHABLE:
             n.state, n.changed = STALE, now
             self._schedule(n)
         elif n.state == STALE:
             n.state, n.changed, n.probes = PROBE, now, 0
             self._probe(n, now, unicast=True)
-        elif n.state == PROBE:
-            if n.probes >= self.t.max_probes:
-                self._fail(n, now)
-            else:
-                self._probe(n, now, unicast=True)
         elif n.state == FAILED:
             self._remove(n)
 
