@@ -30,7 +30,6 @@ longer than MAX_GAP_S); and the ports were left as found.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import random
@@ -45,9 +44,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bench.flood import neighbor_flood_frames
 from vecroute.control.config import NeighborSettings
 from vecroute.io.netns import Lab, entered
-from vecroute.lab import H1_V4, H1_V6, H2_V4, H2_V6, RT0_V4, RT0_V6, build, start_router
+from vecroute.lab import H2_V4, H2_V6, build, start_router
 
 PORT = 9999
 SAMPLE = 25  # one received packet in SAMPLE is parsed by scapy
@@ -307,24 +307,10 @@ def _hostile_clients(path: str) -> int:
 
 
 def _flood(t, count: int, rng: random.Random) -> int:
-    """NS (with SLLA) for the router's IPv6 address and ARP requests for its IPv4 one,
-    from new sources on h1's link."""
-    from scapy.all import ARP, Ether, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr, IPv6
-
-    rmac = t.lab.mac(t.rt, t.ports[0])
-    frames = []
-    net6 = int(ipaddress.IPv6Address(H1_V6)) & ~((1 << 64) - 1)
-    for _ in range(count):
-        mac = "02:" + ":".join(f"{rng.randrange(256):02x}" for _ in range(5))
-        src6 = str(ipaddress.IPv6Address(net6 | rng.getrandbits(64)))
-        frames.append(bytes(Ether(src=mac, dst="33:33:ff:00:00:01")
-                            / IPv6(src=src6, dst="ff02::1:ff00:1", hlim=255)
-                            / ICMPv6ND_NS(tgt=RT0_V6) / ICMPv6NDOptSrcLLAddr(lladdr=mac)))
-        src4 = str(ipaddress.IPv4Address(int(ipaddress.IPv4Address(H1_V4)) & ~255
-                                         | rng.randrange(2, 250)))
-        frames.append(bytes(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff")
-                            / ARP(op=1, hwsrc=mac, psrc=src4, pdst=RT0_V4)))
-    del rmac
+    """``count`` NS and as many ARP requests for the router from new sources on h1's link
+    (bench.flood: never h1's address, whose entry a spoofed MAC would break), as fast as a
+    packet socket in h1's namespace takes them."""
+    frames = neighbor_flood_frames(count, count, rng.randrange(1 << 30))
     with entered(t.h1):
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
         s.bind((t.h1_if, 0))

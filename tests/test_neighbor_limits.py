@@ -12,6 +12,7 @@ import time
 import pytest
 from scapy.all import ARP, Ether, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr, IPv6
 
+from bench.flood import icmp6_checksum
 from vecroute.control.config import NeighborConfig, NeighborSettings, parse_config
 from vecroute.control.neighbors import PERMANENT, REACHABLE, NeighborTable
 from vecroute.control.punts import Pending
@@ -61,13 +62,8 @@ def _ns(k: int) -> bytes:
     f[6:12], f[22:38], f[-6:] = mac, src, mac
     icmp = 14 + 40
     f[icmp + 2 : icmp + 4] = b"\0\0"
-    body = bytes(f[icmp:])
-    pseudo = bytes(f[22:54]) + len(body).to_bytes(4, "big") + b"\0\0\0\x3a"
-    data = pseudo + body + b"\0" * (len(body) % 2)
-    total = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    f[icmp + 2 : icmp + 4] = (~total & 0xFFFF).to_bytes(2, "big")
+    csum = icmp6_checksum(src, bytes(f[38:54]), bytes(f[icmp:]))
+    f[icmp + 2 : icmp + 4] = csum.to_bytes(2, "big")
     return bytes(f)
 
 
