@@ -51,6 +51,7 @@ log = logging.getLogger("vecroute.router")
 TICK_S = 0.1  # neighbour timers run every 100 ms
 PUNTS_PER_CALLBACK = 256  # then let the event loop serve others before reading more
 WORKER_CALL_TIMEOUT = 5.0  # a worker answers a call between two batches: normally < 1 ms
+FREEZE_ROUTES = 100_000  # a reloaded table this big is frozen out of collection passes
 WORKER_CALL_LONGEST = 60.0  # a call it has started (a 10K-rule compile: ~1 s) finishes
 WORKER_STOP_TIMEOUT = 5.0  # all workers together; one leaves its loop within ~100 ms
 CLIENTS_CLOSE_TIMEOUT = 2.0  # control connections being torn down at exit
@@ -441,13 +442,17 @@ class LiveRouter:
                 # a full table is millions of objects: no collection pass while they are
                 # made (it would hold the GIL for a second, and a worker returning to
                 # Python would wait for it), then they are frozen out of later passes.
-                # What is garbage now is collected first (a pass over what is not frozen:
-                # milliseconds), else the freeze would keep it forever (measured: cyclic
-                # garbage of hostile control clients, ~1 MB per reload)
+                # Freezing has a price: whatever is alive then and becomes cyclic garbage
+                # later (the asyncio objects of control connections open at that moment)
+                # is never collected (measured in the soak: ~1 MB per reload with hostile
+                # clients about). So only a big table is frozen, after the garbage of the
+                # moment was collected (a pass over what is not frozen: milliseconds)
                 gc.collect()
                 gc.disable()
+                big = False
                 try:
                     cfg, fib, firewalls = await _in_daemon_thread(self._build, self.config_path)
+                    big = len(fib.routes) >= FREEZE_ROUTES
                     self._install(cfg, fib, firewalls)
                 except (ConfigError, RouteError, OSError) as e:
                     log.error("reload failed, keeping the running configuration: %s",
@@ -456,7 +461,8 @@ class LiveRouter:
                     log.error("reload failed, keeping the running configuration: %s: %s "
                               "(a bug: please report it)", type(e).__name__, _one_line(e))
                 finally:
-                    gc.freeze()
+                    if big:
+                        gc.freeze()
                     gc.enable()
                 if not self._reload_again:
                     return
