@@ -33,7 +33,7 @@ import ipaddress
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import islice
 
 from vecroute.control import neighbor_packets as P
@@ -100,22 +100,8 @@ class NeighborStats:
     invalid_nd: dict[str, int] = field(default_factory=dict)  # RFC 4861 7.1 check -> count
 
 
-STAT_FIELDS = (
-    "requests_sent",
-    "replies_sent",
-    "learnt",
-    "mac_changes",
-    "queued",
-    "queue_drops",
-    "resolution_failed",
-    "arp_not_for_us",
-    "ignored",
-    "table_full",
-    "collected",
-    "not_on_link",
-    "probes_deferred",
-    "reinject_loops",
-)
+# every counter of NeighborStats, in declaration order (the invalid-ND dict listed apart)
+STAT_FIELDS = tuple(f.name for f in fields(NeighborStats) if f.name != "invalid_nd")
 
 
 class NeighborTable:
