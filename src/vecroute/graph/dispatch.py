@@ -40,6 +40,7 @@ from vecroute.graph.state import (
     DataPlaneState,
 )
 from vecroute.graph.tcp_reset import tcp_reset
+from vecroute.graph.trace import TR_DIRTY, TR_LEFT, TR_NODE, trace_begin, trace_record, trace_select
 from vecroute.packet.batch import M_NEXT, PacketBatch
 
 
@@ -50,12 +51,14 @@ def run_graph(
     lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
     opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
     reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
+    trace_ctl, trace_rec, trace_snap, trace_time,
 ) -> None:
     """One batch through the graph, without a firewall (its nodes are compiled away)."""
     dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
             node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
-            reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob)
+            reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
+            trace_ctl, trace_rec, trace_snap, trace_time)
     run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, None, None, None)
 
 
@@ -66,6 +69,7 @@ def run_graph_fw(
     lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
     opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
     reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
+    trace_ctl, trace_rec, trace_snap, trace_time,
     c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes, cnt,
     t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl, fwk, fwv,
 ) -> None:
@@ -74,7 +78,8 @@ def run_graph_fw(
     dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
             node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
-            reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob)
+            reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
+            trace_ctl, trace_rec, trace_snap, trace_time)
     fw = FW(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes,
             cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl)
     run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
@@ -85,6 +90,8 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
     """Every node with packets, until all frames drain (run_graph's body; a compiled
     worker loop calls it directly)."""
     node_stats = dp.node_stats
+    trace = dp.trace_ctl
+    trace_begin(meta, dp)
     frame_n[:] = 0
     txn[0] = 0
     for i in range(n):  # usually ethernet-input; re-injected packets enter at a lookup
@@ -103,6 +110,8 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
             for j in range(k):
                 work[j] = frames[node, j]
             frame_n[node] = 0
+            if trace[TR_LEFT] > 0 and node == trace[TR_NODE]:
+                trace_select(work, k, buf, meta, dp, node, now)
             t0 = readcyclecounter()
             if node == N.ETHERNET_INPUT:
                 ethernet_input(work, k, buf, meta, frames, frame_n, dp)
@@ -158,6 +167,11 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
             node_stats[node, NS_CALLS] += 1
             node_stats[node, NS_PACKETS] += k
             node_stats[node, NS_CLOCKS] += np.int64(t1 - t0)
+            if trace[TR_DIRTY] != 0:
+                if node == N.FW_IN or node == N.FW_OUT:
+                    trace_record(work, k, buf, meta, dp, node, now, fwv)
+                else:
+                    trace_record(work, k, buf, meta, dp, node, now, None)
 
 
 class Graph:

@@ -34,6 +34,7 @@ from vecroute.packet.batch import (
     M_PROTO,
     M_RX,
     M_SEQ,
+    M_TRACE,
     M_TX,
 )
 from vecroute.packet.gso import GSO_WAIT, VNET_F_NEEDS_CSUM, VNET_GSO_UDP_L4, segment
@@ -89,6 +90,7 @@ def gso_segment(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
             meta[M_HASH, s] = meta[M_HASH, i]
             meta[M_FLAGS, s] = flags
             meta[M_ORIG, s] = meta[M_ORIG, i]
+            meta[M_TRACE, s] = meta[M_TRACE, i]
             meta[M_SEQ, s] = s - first
             enqueue(frames, frame_n, meta, then, s)
         dp.counters[C.C_GSO_SEGMENTED] += 1

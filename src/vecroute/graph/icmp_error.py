@@ -111,6 +111,7 @@ def give_up(frames, frame_n, meta, dp, i, why) -> None:
     """No error is sent: the original is already counted; count why and free the slot."""
     dp.counters[why] += 1
     meta[M_ERR, i] = -1
+    meta[M_AUX2, i] = why  # for a packet trace: why no error was sent
     enqueue(frames, frame_n, meta, ERROR_DROP, i)
 
 

@@ -73,6 +73,7 @@ from vecroute.packet.batch import (
     M_ORIG,
     M_PROTO,
     M_RX,
+    M_TRACE,
     SLOT,
     alloc_slot,
 )
@@ -183,6 +184,7 @@ def _expire(c, buf, meta, nalloc, frames, frame_n, dp) -> None:
             memcpy(buf, l3, dp.reass_hdr, c * REASS_HDR, hl)
             memcpy(buf, l3 + hl, dp.reass_data, c * REASS_DATA, ctl[c, RC_FIRSTLEN])
             meta[M_ORIG, i] = i  # answers no packet of this batch
+            meta[M_TRACE, i] = 0  # nor inherits slot 0's trace
             # no Ethernet header: the sender's MAC was not kept, so an error to a link-local
             # source (which must go back to that MAC) is suppressed, never sent to garbage
             meta[M_OFF, i] = l3

@@ -16,6 +16,7 @@ import numpy as np
 
 from vecroute.graph.counters import N_COUNTERS
 from vecroute.graph.node_ids import N_NODES
+from vecroute.graph.trace import REC_COLS, TR_COLS, TRACE_RECORDS, TRACE_SNAP
 
 # interface columns (ifc int32 [n_if, IF_COLS])
 I_MTU = 0
@@ -163,6 +164,7 @@ DP = namedtuple(
         "icmp_tb", "counters", "if_stats", "node_stats", "opts",
         "sr_sid", "sr_pol", "sr_bucket", "sr_list", "sr_hdr", "sr_cache",
         "reass_ctl", "reass_frag", "reass_hdr", "reass_data", "reass_glob",
+        "trace_ctl", "trace_rec", "trace_snap", "trace_time",
     ],
 )
 
@@ -232,6 +234,11 @@ class DataPlaneState:
     reass_data: np.ndarray = _runtime(
         lambda: np.zeros(REASS_CONTEXTS * REASS_DATA, dtype=np.uint8))
     reass_glob: np.ndarray = _runtime(lambda: reass_globals())
+    # packet trace (graph/trace.py): armed by the control plane, filled by the dispatcher
+    trace_ctl: np.ndarray = _runtime(lambda: np.zeros(TR_COLS, np.int64))
+    trace_rec: np.ndarray = _runtime(lambda: np.zeros((TRACE_RECORDS, REC_COLS), np.int32))
+    trace_snap: np.ndarray = _runtime(lambda: np.zeros((TRACE_RECORDS, TRACE_SNAP), np.uint8))
+    trace_time: np.ndarray = _runtime(lambda: np.zeros(TRACE_RECORDS, np.int64))
 
     def __post_init__(self) -> None:
         if self.if_stats is None:

@@ -37,6 +37,7 @@ from vecroute.io.af_packet_ring import (
     PD_TX_VNET,
     TXM_MMSG,
 )
+from vecroute.io.capture import CAPTURE_RING, CR_COLS, capture_config
 from vecroute.io.channel import IH_COLS, PH_COLS, Ring, punt_policer
 from vecroute.io.syscalls import POLLIN
 from vecroute.packet.batch import SLOT, PacketBatch
@@ -66,6 +67,7 @@ class DataPlaneWorker:
         spin_ns: int = SPIN_NS,
         punt_capacity: int = PUNT_RING,
         inject_capacity: int = INJECT_RING,
+        capture_capacity: int = CAPTURE_RING,
         punt_rates: dict | None = None,
     ) -> None:
         if policy not in L.POLICIES:
@@ -86,6 +88,8 @@ class DataPlaneWorker:
         self.graph = Graph(state, self.batch, firewall)
         self.punt = Ring(punt_capacity, PH_COLS)
         self.inject = Ring(inject_capacity, IH_COLS)
+        self.capture = Ring(capture_capacity, CR_COLS)  # io/capture.py: frames copied out
+        self.capture_cfg = capture_config()  # its settings: the control plane writes them
         self.policer = punt_policer(punt_rates)
         # eventfds: the loop signals punt_fd after publishing punts; the control plane
         # writes wake_fd to interrupt the loop's sleep
@@ -229,6 +233,7 @@ class DataPlaneWorker:
             dp, fwt, fwk, fwv,
             self.punt.ctl, self.punt.hdr, self.punt.data, self.policer, self.punt_fd, one,
             self.inject.ctl, self.inject.hdr, self.inject.data,
+            self.capture_cfg, self.capture.ctl, self.capture.hdr, self.capture.data,
         )  # fmt: skip
 
     def run_once(self) -> int:

@@ -23,6 +23,7 @@ from vecroute.firewall.states import states_need_growth
 from vecroute.graph.dispatch import run_nodes
 from vecroute.graph.ip_reass import reass_due
 from vecroute.io import af_packet_ring as R
+from vecroute.io.capture import CP_MODE, capture_processed, capture_received
 from vecroute.io.channel import punts_to_ring, ring_to_batch
 from vecroute.io.syscalls import (
     CLOCK_MONOTONIC,
@@ -116,6 +117,7 @@ def forward_loop(
     dp, fw, fwk, fwv,
     punt_ctl, punt_hdr, punt_data, policer, punt_fd, punt_one,
     inj_ctl, inj_hdr, inj_data,
+    cap_cfg, cap_ctl, cap_hdr, cap_data,
 ) -> int:  # fmt: skip
     """Forward until asked to return; returns why (RET_*). See the module docstring."""
     n_ports = ports.shape[0]
@@ -134,6 +136,7 @@ def forward_loop(
         n = ring_to_batch(inj_ctl, inj_hdr, inj_data, buf, meta, ts, 0, vector,
                           clock_ns(tsbuf, CLOCK_REALTIME))
         jumbo[R.J_USED] = 0  # the last batch has left: its jumbo slots are free
+        injected = n
         for p in range(n_ports):
             if n >= vector:
                 break
@@ -159,7 +162,13 @@ def forward_loop(
             continue
         last_busy = now
         nalloc[0] = n
+        capturing = cap_cfg[CP_MODE] != 0
+        if capturing:
+            capture_received(cap_cfg, cap_ctl, cap_hdr, cap_data, buf, meta, ts, injected, n)
         run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
+        if capturing:
+            capture_processed(cap_cfg, cap_ctl, cap_hdr, cap_data, buf, meta, nalloc, txl,
+                              txn[0], clock_ns(tsbuf, CLOCK_REALTIME))
         ctl[W_BATCHES] += 1
         ctl[W_PACKETS] += n
         ctl[W_GENERATED] += nalloc[0] - n

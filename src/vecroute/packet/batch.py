@@ -46,7 +46,11 @@ M_PROTO = 15  # upper-layer protocol number (-1 = unknown)
 M_SEQ = 16  # order among packets generated from the same original
 M_GSO = 17  # F_GSO: virtio-net gso_type | gso_size << 8 (the segment payload size)
 M_CSUM = 18  # F_CSUM_PARTIAL: L4 checksum start from the L3 header | offset in L4 << 16
-N_META = 19
+# packet trace (graph/trace.py): the traced packet's id, 0 = not traced. Not reset per
+# slot: the dispatcher zeroes the row after a batch that traced anything, so it costs an
+# untraced batch nothing; a generated packet inherits its original's id (alloc_slot)
+M_TRACE = 19
+N_META = 20
 
 # flags
 F_L2_MCAST = 1  # frame was sent to a broadcast/multicast MAC
@@ -157,6 +161,7 @@ def alloc_slot(meta: np.ndarray, nalloc: np.ndarray, orig: int, rx: int) -> int:
     nalloc[0] = i + 1
     reset_slot(meta, i, rx, 0)
     meta[M_ORIG, i] = orig
+    meta[M_TRACE, i] = meta[M_TRACE, orig]
     meta[M_FLAGS, i] = F_LOCAL_ORIGIN
     meta[M_NEXT, i] = FREE  # until a node enqueues it
     return i

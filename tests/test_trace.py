@@ -1,0 +1,206 @@
+"""Packet trace: the records the graph leaves, checked against scapy and the FIB itself.
+
+The oracle for the headers is scapy's decoding of the frame that was sent; for the lookup
+the FIB's own answer (``Lpm.lookup`` and the routes dict), computed here independently of
+the trace's reading of it; for fates the graph's own metadata (what the harness reports).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import numpy as np
+import pytest
+from conftest import (
+    DST4,
+    DST4_NOROUTE,
+    DST6,
+    H0_IP4,
+    H0_IP6,
+    N1,
+    R1,
+    Router,
+    base_config,
+    eth,
+)
+from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.inet6 import IPv6
+
+from vecroute.graph import trace as T
+from vecroute.control.trace import (
+    TraceError,
+    TraceExplainer,
+    arm,
+    disarm,
+    parse_match,
+    render_text,
+    snapshot,
+)
+from vecroute.packet.batch import M_TRACE
+
+
+def traced(r: Router, packets, count: int = 10, node: str = "ethernet-input",
+           match: list[str] | None = None, rx: str = "eth0"):
+    arm(r.state, count, node, parse_match(match or []))
+    res = r.run(packets, rx=rx)
+    return res, TraceExplainer(r.fib, r.firewall).explain(snapshot(r.state))
+
+
+def test_forwarded_ip4_packet_is_traced_node_by_node():
+    r = Router()
+    p = eth() / IP(src=H0_IP4, dst=DST4, ttl=9) / UDP(sport=1234, dport=53) / (b"x" * 20)
+    res, pkts = traced(r, [p])
+    assert res.fates == ["tx"]
+    assert len(pkts) == 1
+    t = pkts[0]
+    ip = next(la for la in t["headers"] if la["layer"] == "ip4")
+    sp = p[IP]
+    assert (ip["src"], ip["dst"], ip["ttl"], ip["proto"]) == (sp.src, sp.dst, 9, 17)
+    udp = next(la for la in t["headers"] if la["layer"] == "udp")
+    assert (udp["sport"], udp["dport"]) == (1234, 53)
+    nodes = [s["node"] for s in t["nodes"]]
+    assert nodes == ["ethernet-input", "ip4-input", "ip4-lookup", "ip4-rewrite",
+                     "interface-output"]
+    lk = t["nodes"][2]["lookup"]
+    # the FIB's own answer, independently: longest matching route of table 0
+    want = max((n for (tb, n) in r.fib.routes if tb == 0 and n.version == 4
+                and ipaddress.ip_address(DST4) in n), key=lambda n: n.prefixlen)
+    assert lk["prefix"] == str(want) == "203.0.113.0/25"
+    assert lk["load_balance"] == r.fib.lpm[4].lookup(0, DST4)
+    assert lk["bucket"] == 0 and lk["buckets"] == 1
+    rw = t["nodes"][3]["rewrite"]
+    assert rw["tx"] == "eth1" and rw["ttl"] == 8
+    assert rw["l2"] == f"{R1} -> {N1}"
+    assert t["fate"] == ["tx eth1"]
+    text = render_text(pkts)
+    assert "ip4-lookup" in text and "203.0.113.0/25" in text and "tx eth1" in text
+
+
+def test_drop_reason_and_generated_icmp_error_are_traced():
+    r = Router()
+    p = eth() / IP(src=H0_IP4, dst=DST4, ttl=1) / ICMP()
+    res, pkts = traced(r, [p])
+    t = pkts[0]
+    # TTL 1: the packet becomes a Time Exceeded (its slot answers) sent back on eth0
+    steps = {s["node"]: s for s in t["nodes"]}
+    assert "icmp4-error" in steps
+    assert steps["icmp4-error"]["icmp"] == {"type": 11, "code": 0}
+    assert t["fate"] == ["tx eth0"]
+    assert len(res.tx) == 1 and res.tx[0].ifname == "eth0"
+    q = eth() / IP(src=H0_IP4, dst=DST4_NOROUTE) / ICMP()
+    r2 = Router()
+    arm(r2.state, 1)
+    r2.set_icmp_rate(1, 0)  # no token: the unreachable is suppressed, the packet dropped
+    r2.run([q])
+    t2 = TraceExplainer(r2.fib).explain(snapshot(r2.state))[0]
+    drops = [s for s in t2["nodes"] if s["next"] == "drop"]
+    assert drops and drops[0].get("reason")
+    assert t2["fate"][0].startswith("drop ")
+
+
+def test_only_the_next_n_packets_and_only_matching_ones():
+    r = Router()
+    pk = [eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=1000 + i) for i in range(6)]
+    pk += [eth() / IPv6(src=H0_IP6, dst=DST6) / TCP(dport=80)]
+    res, pkts = traced(r, pk, count=3)
+    assert [t["packet"] for t in pkts] == [1, 2, 3]
+    ports = [next(la for la in t["headers"] if la["layer"] == "udp")["dport"] for t in pkts]
+    assert ports == [1000, 1001, 1002]
+    _, pkts = traced(r, pk, count=5, match=["ip6", "and", "tcp", "dst", "port", "80"])
+    assert len(pkts) == 1
+    ip6 = next(la for la in pkts[0]["headers"] if la["layer"] == "ip6")
+    assert ip6["dst"] == str(ipaddress.IPv6Address(DST6))
+    assert [s["node"] for s in pkts[0]["nodes"]][:3] == ["ethernet-input", "ip6-input",
+                                                         "ip6-lookup"]
+    _, pkts = traced(r, pk, count=5, match=["udp", "dst", "port", "1004"])
+    assert len(pkts) == 1
+    _, pkts = traced(r, pk, count=5, match=["src", "net", "10.99.0.0/16"])
+    assert pkts == []
+
+
+def test_trace_from_a_named_node_and_clear():
+    r = Router()
+    p = eth() / IP(src=H0_IP4, dst=DST4) / UDP()
+    _, pkts = traced(r, [p], node="ip4-lookup")
+    assert pkts[0]["selected_at"] == "ip4-lookup"
+    assert [s["node"] for s in pkts[0]["nodes"]][0] == "ip4-lookup"
+    disarm(r.state)
+    assert snapshot(r.state)["rec"].shape[0] == 0
+    r.run([p])
+    assert snapshot(r.state)["rec"].shape[0] == 0
+
+
+def test_trace_ids_never_leak_into_later_batches():
+    """A traced batch's ids are zeroed before the next: an untraced batch records
+    nothing, and its generated packets inherit nothing."""
+    r = Router(vector_size=4)
+    pk = [eth() / IP(src=H0_IP4, dst=DST4, ttl=1) / ICMP() for _ in range(8)]
+    traced(r, pk, count=2)
+    n = int(r.state.trace_ctl[T.TR_NREC])
+    ids = {int(x) for x in snapshot(r.state)["rec"][:, T.R_ID]}
+    assert ids == {1, 2}
+    r.run(pk)
+    assert int(r.state.trace_ctl[T.TR_NREC]) == n
+    assert not r.batch.meta[M_TRACE].any()
+
+
+def test_records_are_bounded():
+    r = Router(vector_size=256)
+    pk = [eth() / IP(src=H0_IP4, dst=DST4) / UDP() for _ in range(256)]
+    arm(r.state, T.MAX_TRACE_PACKETS)
+    for _ in range(8):  # 2048 packets x 5 records > TRACE_RECORDS
+        r.run(pk)
+    tc = r.state.trace_ctl
+    assert tc[T.TR_NREC] == T.TRACE_RECORDS
+    assert tc[T.TR_LOST] >= 1 and tc[T.TR_LEFT] == 0
+    res = r.run(pk)
+    assert res.fates == ["tx"] * 256  # forwarding unaffected
+
+
+def test_bad_requests_are_one_line_errors():
+    r = Router()
+    for words in (["port", "x"], ["host", "1.2.3.0/24"], ["bogus"], ["src"],
+                  ["ip6", "host", "1.2.3.4"], ["port", "99999"]):
+        with pytest.raises(TraceError):
+            parse_match(words)
+    with pytest.raises(TraceError):
+        arm(r.state, 0)
+    with pytest.raises(TraceError):
+        arm(r.state, T.MAX_TRACE_PACKETS + 1)
+    with pytest.raises(TraceError):
+        arm(r.state, 1, "no-such-node")
+
+
+def test_firewall_rule_and_verdict_are_traced():
+    cfg = base_config(firewall={"rules": ["100 deny udp from any to any 9",
+                                          "200 allow ip from any to any"]})
+    r = Router(cfg)
+    pk = [eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9),
+          eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=10)]
+    res, pkts = traced(r, pk)
+    assert res.fates == ["drop", "tx"]
+    fw = [[s["firewall"] for s in t["nodes"] if s["node"] == "fw-in"][0] for t in pkts]
+    assert fw[0] == {"verdict": "drop", "rule": 100}
+    assert fw[1] == {"verdict": "pass", "rule": 200}
+    assert pkts[0]["fate"] == ["drop fw-deny"]
+
+
+def test_ecmp_bucket_is_explained():
+    cfg = base_config()
+    cfg["routes"].append({"prefix": "198.19.0.0/16", "via": ["192.0.2.2", "192.0.2.66"]})
+    r = Router(cfg)
+    pk = [eth() / IP(src=H0_IP4, dst="198.19.0.1") / UDP(sport=s, dport=80) for s in range(40)]
+    res, pkts = traced(r, pk, count=40)
+    seen = set()
+    for t, tx in zip(pkts, sorted(res.tx, key=lambda x: x.orig), strict=True):
+        lk = next(s["lookup"] for s in t["nodes"] if "lookup" in s)
+        assert lk["buckets"] == 2
+        h = int(lk["flow_hash"], 16)
+        assert lk["bucket"] == h % 2
+        lbi = r.fib.lpm[4].lookup(0, "198.19.0.1")
+        start = int(r.fib.lbs.lb[lbi, 0])
+        assert lk["adjacency"]["index"] == int(r.fib.lbs.lb_buckets[start + h % 2])
+        assert lk["adjacency"]["interface"] == tx.ifname
+        seen.add(tx.ifname)
+    assert seen == {"eth1", "eth2"}
+    assert np.all(r.state.trace_ctl[T.TR_LEFT] == 0)
