@@ -247,7 +247,9 @@ class Tmux:
     def start(self, argv: list[str]) -> None:
         cmd = " ".join(_quote(a) for a in argv)
         self("new-session", "-d", "-s", "top", "-x", "160", "-y", "50",
-             f"env PYTHONPATH={_quote(SRC)} {cmd}; echo $? > {_quote(str(self.rc))}")
+             # pytest exports COLUMNS=80 LINES=24, which rich would take over the pane's size
+             f"env -u COLUMNS -u LINES PYTHONPATH={_quote(SRC)} {cmd}; "
+             f"echo $? > {_quote(str(self.rc))}")
 
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "top")

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.layout import Layout
 from rich.table import Table
@@ -254,9 +255,10 @@ LEFT = {"name", "counter", "node", "kind", "description", "error"}
 
 def table(view: str, rows: list[dict[str, Any]], limit: int | None = None) -> Table:
     """A view's rows as a rich table (numbers right-aligned), at most ``limit`` rows."""
-    t = Table(show_edge=False, pad_edge=False, expand=False)
-    for head, f, _ in COLUMNS[view]:
-        t.add_column(head, justify="left" if f in LEFT else "right",
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for i, (head, f, _) in enumerate(COLUMNS[view]):
+        key_width = max((len(str(r[f])) for r in rows), default=0) if i == 0 else None
+        t.add_column(head, justify="left" if f in LEFT else "right", min_width=key_width,
                      no_wrap=f != "description", overflow="ellipsis")
     for row in rows[:limit]:
         t.add_row(*[(fmt or str)(row[f]) for _, f, fmt in COLUMNS[view]])
