@@ -238,6 +238,7 @@ class Tmux:
 
     def __init__(self, workdir: Path) -> None:
         self.sock = str(workdir / "tmux.sock")
+        self.dir = workdir
         self.rc = workdir / "top.rc"
 
     def __call__(self, *args: str) -> str:
@@ -245,11 +246,25 @@ class Tmux:
                               text=True, timeout=10, check=True).stdout
 
     def start(self, argv: list[str]) -> None:
+        """Run argv in a 160x50 pane; its exit status goes to ``rc``, and the terminal's
+        settings before and after it to ``stty.before`` / ``stty.after``."""
+        self.rc.unlink(missing_ok=True)
         cmd = " ".join(_quote(a) for a in argv)
+        d = _quote(str(self.dir))
         self("new-session", "-d", "-s", "top", "-x", "160", "-y", "50",
              # pytest exports COLUMNS=80 LINES=24, which rich would take over the pane's size
-             f"env -u COLUMNS -u LINES PYTHONPATH={_quote(SRC)} {cmd}; "
-             f"echo $? > {_quote(str(self.rc))}")
+             f"stty -g > {d}/stty.before; env -u COLUMNS -u LINES PYTHONPATH={_quote(SRC)} "
+             f"{cmd}; rc=$?; stty -g > {d}/stty.after; echo $rc > {_quote(str(self.rc))}")
+
+    def exit_status(self, timeout: float = 10) -> int:
+        """Wait for the pane's command to end; its status (the terminal restored, too)."""
+        deadline = time.monotonic() + timeout
+        while not self.rc.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert self.rc.exists(), self.screen()
+        before, after = ((self.dir / f"stty.{w}").read_text() for w in ("before", "after"))
+        assert before.strip() and before == after, "the terminal's settings were not restored"
+        return int(self.rc.read_text())
 
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "top")
@@ -339,11 +354,16 @@ def test_top_live_under_tmux(topo, tmp_path):
         assert not re.search(r"\s-\d", text), text
 
         tm("send-keys", "-t", "top", "q")
-        deadline = time.monotonic() + 10
-        while not tm.rc.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert tm.rc.exists(), tm.screen()
-        assert tm.rc.read_text().strip() == "0"
+        assert tm.exit_status() == 0
+
+        # Ctrl-C quits cleanly too; so does a router that is gone (shown, retried)
+        topo.router.terminate()
+        topo.router.wait(timeout=30)
+        tm.start([sys.executable, "-m", "vecroute.cli", "top", "--socket", topo.socket])
+        tm.wait_for(lambda s: "cannot reach the router" in s and "retrying" in s,
+                    "the router's absence")
+        tm("send-keys", "-t", "top", "C-c")
+        assert tm.exit_status() == 0
     finally:
         if pinger is not None and pinger.poll() is None:
             pinger.kill()

@@ -261,7 +261,9 @@ def table(view: str, rows: list[dict[str, Any]], limit: int | None = None) -> Ta
         t.add_column(head, justify="left" if f in LEFT else "right", min_width=key_width,
                      no_wrap=f != "description", overflow="ellipsis")
     for row in rows[:limit]:
-        t.add_row(*[(fmt or str)(row[f]) for _, f, fmt in COLUMNS[view]])
+        dropping = row.get("kind") == "drop" and row.get("rate")
+        t.add_row(*[(fmt or str)(row[f]) for _, f, fmt in COLUMNS[view]],
+                  style="red" if dropping else None)
     return t
 
 
