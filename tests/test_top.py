@@ -205,6 +205,19 @@ def test_top_clear_and_router_outage_never_go_negative_or_raise():
     assert not top.error and top.rows()[0]["packets_ps"] is None  # afresh, no outage average
 
 
+def test_frame_cuts_the_table_to_the_screen_busiest_first():
+    many = [_err(f"reason-{i:03}", 10 * i) for i in range(100)]
+    top = Top("/fake.sock", view="drops")
+    top.prev = {"drops": sample("drops", [_err(r["counter"], 0) for r in many], 0.0)}
+    top.cur = {"drops": sample("drops", many, 1.0)}
+    buf = io.StringIO()
+    Console(file=buf, width=160, height=20, color_system=None).print(top.frame(20))
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 20 and "q  quit" in lines[-1]
+    shown = [line.split()[0] for line in lines if line.startswith("reason-")]
+    assert shown == [f"reason-{i:03}" for i in range(99, 85, -1)]  # 20 - 6 lines of rows
+
+
 def test_once_without_a_router_is_one_line_and_exit_2(tmp_path, capsys):
     assert run(str(tmp_path / "none.sock"), interval=0.1, once=True) == 2
     err = capsys.readouterr().err
@@ -355,6 +368,14 @@ def test_top_live_under_tmux(topo, tmp_path):
 
         tm("send-keys", "-t", "top", "q")
         assert tm.exit_status() == 0
+
+        # a frame for scripts
+        once = subprocess.run(
+            [sys.executable, "-m", "vecroute.cli", "top", "--socket", topo.socket, "--once",
+             "--interval", "0.3", "--view", "workers"], capture_output=True, text=True,
+            timeout=30, env={**os.environ, "PYTHONPATH": SRC})
+        assert once.returncode == 0 and once.stderr == "", once.stderr
+        assert "view: workers" in once.stdout and _row(once.stdout, "0")[1] == "yes", once.stdout
 
         # Ctrl-C quits cleanly too; so does a router that is gone (shown, retried)
         topo.router.terminate()

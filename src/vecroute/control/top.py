@@ -424,7 +424,7 @@ def run(path: str, interval: float = 1.0, view: str = "interfaces", once: bool =
                 con.file.flush()
                 time.sleep(interval)
         return _interactive(top, con)
-    except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C; `vecroute top | head`
+    except KeyboardInterrupt:
         return 0
 
 
