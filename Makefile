@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Oracles and peers from Debian: ministat checks `vecroute stat`; iproute2, ping,
-# traceroute and iperf3 are the live tests' Linux hosts.
+# traceroute and iperf3 are the live tests' Linux hosts; tmux is the terminal that
+# `vecroute top`'s live test reads.
 SYSTEM_TOOLS := ministat:ministat ip:iproute2 ping:iputils-ping traceroute:traceroute \
-	iperf3:iperf3 setpriv:util-linux
+	iperf3:iperf3 setpriv:util-linux tmux:tmux
 system-deps:
 	@missing=""; for t in $(SYSTEM_TOOLS); do \
 		command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \

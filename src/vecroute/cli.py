@@ -98,7 +98,13 @@ def replay(
     quiet: bool,
 ) -> None:
     """Replay captures through the router built from CONFIG."""
-    from vecroute.control.show import errors_view, interfaces_view, runtime_view, table_of
+    from vecroute.control.show import (
+        RUNTIME_COLUMNS,
+        errors_view,
+        interfaces_view,
+        runtime_view,
+        table_of,
+    )
     from vecroute.fib.fib import RouteError
     from vecroute.io.pcap import CaptureError
     from vecroute.io.replay import Replayer, ReplayError
@@ -144,7 +150,7 @@ def replay(
             )
         )
         con.print()
-        con.print(table_of("Runtime", views["runtime"]))
+        con.print(table_of("Runtime", views["runtime"], RUNTIME_COLUMNS))
         con.print()
     click.echo(
         f"replayed {res.packets_in} packets in {res.seconds:.3f} s "
@@ -228,21 +234,38 @@ def lab(keep: bool, seconds: int) -> None:
     sys.exit(run_lab(keep=keep, seconds=seconds))
 
 
-@main.command()
-@click.option(
+DEFAULT_SOCKET = "/run/vecroute/vecroute.sock"
+
+
+def _socket_path(sock: str | None, config: str | None) -> str:
+    """--socket, else the [control] socket of -c CONFIG, else the default."""
+    if sock is None and config:
+        try:
+            sock = load_config(config).control.socket
+        except ConfigError as e:
+            _fail(str(e))
+    return sock or DEFAULT_SOCKET
+
+
+_socket_option = click.option(
     "--socket",
     "sock",
     default=None,
     metavar="PATH",
-    help="control socket (default: from -c CONFIG, else /run/vecroute/vecroute.sock)",
+    help=f"control socket (default: from -c CONFIG, else {DEFAULT_SOCKET})",
 )
-@click.option(
+_config_option = click.option(
     "-c",
     "--config",
     default=None,
     type=click.Path(dir_okay=False),
     help="read the control socket path from this config",
 )
+
+
+@main.command()
+@_socket_option
+@_config_option
 @click.option("--json", "as_json", is_flag=True, help="print the reply as JSON")
 @click.argument("words", nargs=-1, required=True)
 def ctl(sock: str | None, config: str | None, as_json: bool, words: tuple[str, ...]) -> None:
@@ -251,13 +274,7 @@ def ctl(sock: str | None, config: str | None, as_json: bool, words: tuple[str, .
     dev IF, clear counters."""
     from vecroute.control.server import request
 
-    path = sock
-    if path is None and config:
-        try:
-            path = load_config(config).control.socket
-        except ConfigError as e:
-            _fail(str(e))
-    path = path or "/run/vecroute/vecroute.sock"
+    path = _socket_path(sock, config)
     try:
         reply = request(path, list(words))
     except (OSError, ValueError) as e:
@@ -270,6 +287,35 @@ def ctl(sock: str | None, config: str | None, as_json: bool, words: tuple[str, .
         click.echo(json.dumps(reply.get("data"), indent=2))
     else:
         click.echo(reply.get("text", ""), nl=False)
+
+
+@main.command()
+@_socket_option
+@_config_option
+@click.option(
+    "--interval",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    metavar="S",
+    help="seconds between refreshes",
+)
+@click.option(
+    "--view",
+    default="interfaces",
+    show_default=True,
+    type=click.Choice(["interfaces", "drops", "runtime", "workers"]),
+    help="the view shown first",
+)
+@click.option("--once", is_flag=True, help="print one frame (two samples INTERVAL apart), exit")
+def top(sock: str | None, config: str | None, interval: float, view: str, once: bool) -> None:
+    """A live view of a running router: interface, drop, node and worker rates.
+
+    Keys: i d r w (or 1-4) switch view, c clears the counters, q quits. Without a
+    terminal on stdout it prints a plain frame every INTERVAL (--once: one frame)."""
+    from vecroute.control.top import run as run_top
+
+    sys.exit(run_top(_socket_path(sock, config), interval, view, once))
 
 
 @main.command()

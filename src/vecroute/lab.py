@@ -144,7 +144,7 @@ def run_lab(keep: bool = False, seconds: int = 5) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from vecroute.control.show import table_of
+    from vecroute.control.show import RUNTIME_COLUMNS, table_of
 
     con = Console()
     if os.geteuid() != 0:
@@ -198,7 +198,7 @@ def run_lab(keep: bool = False, seconds: int = 5) -> int:
                             rows,
                             ["name", "rx_packets", "tx_packets", "drops", "punts"],
                         ),
-                        table_of("Runtime", rt),
+                        table_of("Runtime", rt, RUNTIME_COLUMNS),
                     )
                 )
                 time.sleep(0.5)

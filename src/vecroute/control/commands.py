@@ -17,6 +17,7 @@ from vecroute.control.config import ConfigError, parse_mac
 from vecroute.control.show import (
     RICH_MAX_ROWS,
     ROUTE_COLUMNS,
+    RUNTIME_COLUMNS,
     errors_view,
     interfaces_view,
     render_table,
@@ -185,7 +186,7 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
         return Reply(rows, _render("Workers", rows))
     if what == "runtime":
         rows = runtime_view(r.stats())
-        return Reply(rows, _render("Runtime", rows))
+        return Reply(rows, _render("Runtime", rows, RUNTIME_COLUMNS))
     if what in ("errors", "counters"):
         rows = errors_view(r.stats(), all_counters=len(argv) > 2 and argv[2] == "all")
         return Reply(

@@ -74,6 +74,12 @@ def errors_view(st: DataPlaneState, all_counters: bool = False) -> list[dict[str
     ]
 
 
+# the text table's columns; the JSON also carries the raw "clocks" total, so that a
+# client (`vecroute top`) can compute clocks per packet over an interval from two samples
+RUNTIME_COLUMNS = ["node", "calls", "vectors", "vectors_per_call", "clocks_per_packet",
+                   "ns_per_packet"]
+
+
 def runtime_view(st: DataPlaneState) -> list[dict[str, Any]]:
     hz = cycles_per_second()
     rows = []
@@ -87,6 +93,7 @@ def runtime_view(st: DataPlaneState) -> list[dict[str, Any]]:
                 "calls": calls,
                 "vectors": pkts,
                 "vectors_per_call": round(pkts / calls, 2),
+                "clocks": clocks,
                 "clocks_per_packet": round(clocks / pkts, 2) if pkts else 0.0,
                 "ns_per_packet": round(clocks / pkts * 1e9 / hz, 2) if pkts else 0.0,
             }
