@@ -377,6 +377,27 @@ def test_http_get_head_and_errors(monkeypatch):
     assert b'vecroute_metrics_http_responses_total{code="400"} 5.0' in body
 
 
+def test_http_scrape_runs_on_the_event_loop_thread(monkeypatch):
+    """The FIB and the neighbour table belong to the event loop's thread: the scrape
+    reads them there, never from a thread of its own."""
+    import threading
+
+    seen = []
+    real = RouterCollector.collect
+
+    def spy(self):
+        seen.append(threading.get_ident())
+        return real(self)
+
+    monkeypatch.setattr(RouterCollector, "collect", spy)
+
+    async def test(server, port):
+        assert _split(await _request(port, b"GET /metrics HTTP/1.1\r\n\r\n"))[0] == 200
+        return threading.get_ident()
+
+    assert seen == [_serve(test)]
+
+
 def test_http_huge_request_is_refused_unread(monkeypatch):
     async def test(server, port):
         rd, wr = await asyncio.open_connection("127.0.0.1", port)
@@ -639,3 +660,34 @@ def test_live_slow_clients_do_not_stall_the_router(mtopo):
     time.sleep(MH.CACHE_S)
     codes = live_scrape(t.rt)["vecroute_metrics_http_responses_total"]
     assert codes[(("code", "503"),)] >= 1 and codes[(("code", "431"),)] >= 1
+
+
+@pytest_netns
+def test_live_reload_counts_and_keeps_the_listener(mtopo):
+    """A SIGHUP reload is counted (ok / failed); [metrics] is restart-only: a changed
+    listen address is logged and the running listener stays."""
+    import signal
+
+    t = mtopo
+    good = t.config.read_text()
+    before = live_scrape(t.rt)["vecroute_config_reloads_total"]
+
+    def reloads(result: str) -> float:
+        return live_scrape(t.rt)["vecroute_config_reloads_total"][(("result", result),)]
+
+    try:
+        t.config.write_text(good.replace(f"127.0.0.1:{METRICS_PORT}", "127.0.0.1:9476"))
+        os.kill(t.router.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while reloads("ok") == before[(("result", "ok"),)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert reloads("ok") == before[(("result", "ok"),)] + 1
+        assert "[metrics] changed" in t.log.read_text()
+        t.config.write_text(good + "\n[bogus]\n")
+        os.kill(t.router.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while reloads("failed") == before[(("result", "failed"),)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert reloads("failed") == before[(("result", "failed"),)] + 1
+    finally:
+        t.config.write_text(good)
