@@ -177,6 +177,49 @@ class ControlConfig:
     socket: str = "/run/vecroute/vecroute.sock"
 
 
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9475"
+
+
+@dataclass
+class MetricsConfig:
+    """``[metrics]``: serve ``/metrics`` (Prometheus text format) on ``host:port``."""
+
+    host: str = "127.0.0.1"  # an IP address literal (no name lookups: a start never waits)
+    port: int = 9475
+
+    @property
+    def listen(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_listen(text: Any) -> tuple[str, int]:
+    """``ADDRESS:PORT`` (IPv6 in brackets) -> (address, port); ValueError says why.
+
+    Only address literals: a host name would make the start wait on a resolver and could
+    bind somewhere else next time. No scope ids (``fe80::1%eth0``), port 1..65535."""
+    usage = "expected ADDRESS:PORT like 127.0.0.1:9475 or [::1]:9475"
+    if not isinstance(text, str) or len(text) > 64:  # an error line quotes it
+        raise ValueError(f"{usage}, got {type(text).__name__} of {len(str(text))} characters")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{text!r}: {usage}")
+    if host.startswith("[") and host.endswith("]"):
+        host, want = host[1:-1], 6
+    else:
+        want = 4
+    if "%" in host or (want == 4 and ":" in host):
+        raise ValueError(f"{text!r}: {usage} (IPv6 in brackets, no %scope)")
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"{text!r}: {host!r} is not an IP address ({usage})") from None
+    if addr.version != want:
+        raise ValueError(f"{text!r}: {usage}")
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        raise ValueError(f"{text!r}: port {port!r} is not a number 1..65535")
+    return str(addr), int(port)
+
+
 @dataclass
 class Config:
     path: str
@@ -189,6 +232,7 @@ class Config:
     control: ControlConfig = field(default_factory=ControlConfig)
     raw: dict[str, Any] = field(default_factory=dict)
     firewall: Any = None  # a vecroute.firewall.config.FirewallConfig; None: no firewall
+    metrics: MetricsConfig | None = None  # None: no [metrics] section, no exporter
 
     def interface_index(self, name: str) -> int:
         for i, itf in enumerate(self.interfaces):
@@ -286,7 +330,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         "<top>",
         data,
         {"interfaces", "routes", "neighbors", "neighbor_table", "icmp", "router", "control",
-         "firewall", "srv6"},
+         "firewall", "srv6", "metrics"},
     )
     _ = top
     interfaces: list[InterfaceConfig] = []
@@ -406,6 +450,14 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         if not sock or "\0" in sock or len(os.fsencode(sock)) > MAX_SOCKET_PATH:
             raise r.err("socket", f"expected a path of 1..{MAX_SOCKET_PATH} bytes, no NUL")
         control = ControlConfig(sock)
+    metrics = None
+    if "metrics" in data:
+        r = _Reader(path, "metrics", data["metrics"], {"listen"})
+        listen = r.get("listen", str, DEFAULT_METRICS_LISTEN)
+        try:
+            metrics = MetricsConfig(*parse_listen(listen))
+        except ValueError as e:
+            raise r.err("listen", str(e)) from None
     firewall = None
     if "firewall" in data:
         from vecroute.firewall.config import parse_firewall_config  # (it imports this module)
@@ -415,7 +467,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         firewall.check_interfaces([i.name for i in interfaces])
     settings = _neighbor_settings(path, data.get("neighbor_table", {}))
     return Config(path, interfaces, routes, neighbors, settings, icmp, router, control, data,
-                  firewall)
+                  firewall, metrics)
 
 
 def load_config(path: str | Path) -> Config:

@@ -655,6 +655,20 @@ class NeighborTable:
         ]
         return rows
 
+    @property
+    def queued_now(self) -> int:
+        """Packets waiting in every resolution queue together."""
+        return self._queued
+
+    def state_counts(self) -> dict[tuple[int, str], int]:
+        """Entries by (family, state), permanent ones included (the metrics' gauge); one
+        pass over entries that ``[neighbor_table]`` bounds, nothing sorted or formatted."""
+        out: dict[tuple[int, str], int] = {}
+        for n in self.entries.values():
+            key = (n.ip.version, n.state)
+            out[key] = out.get(key, 0) + 1
+        return out
+
     def rows(self) -> list[dict]:
         return [
             {

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vecroute.control.config import Config, ConfigError, load_config
+from vecroute.control.metrics_http import MetricsServer, bind_listener
 from vecroute.control.neighbors import NeighborTable
 from vecroute.control.ports import PortError, Ports
 from vecroute.control.punts import IcmpError, Pending, decode_punts, inject_frame, inject_packets
@@ -156,6 +157,11 @@ class LiveRouter:
         self.config_path = cfg.path
         self.workers: list[DataPlaneWorker] = []
         self.server: ControlServer | None = None
+        self.metrics: MetricsServer | None = None
+        self._metrics_sock = None
+        self.started_at = time.time()
+        self.last_reload_ok = self.started_at  # when the running configuration was loaded
+        self.reloads = {"ok": 0, "failed": 0}
         self.ports = Ports([i.name for i in cfg.interfaces]) if prepare_ports else None
         self._closed = False
         try:
@@ -179,6 +185,12 @@ class LiveRouter:
         except OSError as e:  # claim_socket_path's own message names the path
             msg = f"{cfg.control.socket}: {e.strerror}" if e.strerror else str(e)
             raise StartupError(f"control socket {msg}") from None
+        if cfg.metrics is not None:  # a port in use stops us here too, before any change
+            try:
+                self._metrics_sock = bind_listener(cfg.metrics.host, cfg.metrics.port)
+            except OSError as e:
+                raise StartupError(f"[metrics] listen {cfg.metrics.listen}: "
+                                   f"{e.strerror or e}") from None
         from vecroute.warmup import warm
 
         # no JIT pause on a first packet or ctl
@@ -211,6 +223,8 @@ class LiveRouter:
                 policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
             ))
         self.server = ControlServer(cfg.control.socket, self)
+        if self._metrics_sock is not None:
+            self.metrics = MetricsServer(self._metrics_sock, self)
         self._stopped: asyncio.Future | None = None
         self._outbox: dict[int, list] = defaultdict(list)  # injections until the next flush
         self._commit_pending = False
@@ -219,11 +233,12 @@ class LiveRouter:
         self._reload_again = False
         self.stop = False
         log.info(
-            "vecroute running on %s with %d worker(s), poll %s, control socket %s",
+            "vecroute running on %s with %d worker(s), poll %s, control socket %s%s",
             ", ".join(i.name for i in cfg.interfaces),
             self.n_workers,
             cfg.router.poll,
             cfg.control.socket,
+            f", metrics http://{cfg.metrics.listen}/metrics" if cfg.metrics else "",
         )
 
     def _open_sockets(self, fanout: int | None) -> list:
@@ -423,7 +438,8 @@ class LiveRouter:
         cfg = load_config(path)
         if [i.name for i in cfg.interfaces] != [i.name for i in self.cfg.interfaces]:
             raise ConfigError(f"{path}: interfaces changed; restart to apply")
-        for section in ("router", "control"):  # the workers and the socket are made once
+        # the workers and the sockets are made once
+        for section in ("router", "control", "metrics"):
             if getattr(cfg, section) != getattr(self.cfg, section):
                 log.warning("reload: [%s] changed in %s; it takes effect at restart",
                             section, path)
@@ -454,10 +470,14 @@ class LiveRouter:
                     cfg, fib, firewalls = await _in_daemon_thread(self._build, self.config_path)
                     big = len(fib.routes) >= FREEZE_ROUTES
                     self._install(cfg, fib, firewalls)
+                    self.reloads["ok"] += 1
+                    self.last_reload_ok = time.time()
                 except (ConfigError, RouteError, OSError) as e:
+                    self.reloads["failed"] += 1
                     log.error("reload failed, keeping the running configuration: %s",
                               _one_line(e))
                 except Exception as e:  # noqa: BLE001 - a reload must never stop the router
+                    self.reloads["failed"] += 1
                     log.error("reload failed, keeping the running configuration: %s: %s "
                               "(a bug: please report it)", type(e).__name__, _one_line(e))
                 finally:
@@ -513,6 +533,8 @@ class LiveRouter:
                 loop.add_reader(w.punt_fd, self._drain, w)
                 w.start()
             loop.run_until_complete(self.server.start())
+            if self.metrics is not None:
+                loop.run_until_complete(self.metrics.start())
             # handlers run in the main thread; the loop wakes for them within one tick
             signals.running(lambda: loop.call_soon_threadsafe(self._request_stop),
                             lambda: loop.call_soon_threadsafe(
@@ -526,8 +548,11 @@ class LiveRouter:
             try:
                 for task in asyncio.all_tasks(loop):
                     task.cancel()  # a reload being built, say
+                closing = [self.server.wait_closed()]
+                if self.metrics is not None:
+                    closing.append(self.metrics.wait_closed())
                 loop.run_until_complete(asyncio.wait_for(
-                    asyncio.gather(self.server.wait_closed(), *asyncio.all_tasks(loop),
+                    asyncio.gather(*closing, *asyncio.all_tasks(loop),
                                    return_exceptions=True), CLIENTS_CLOSE_TIMEOUT))
             except (TimeoutError, RuntimeError) as e:
                 log.warning("control connections not closed in time: %s", e)
@@ -569,6 +594,10 @@ class LiveRouter:
                 w.close()
         if self.server is not None:
             self.server.close()
+        if self.metrics is not None:
+            self.metrics.close()
+        elif self._metrics_sock is not None:  # the start failed before the server was made
+            self._metrics_sock.close()
         if self.ports is not None:
             self.ports.restore()
         if not quiet:
