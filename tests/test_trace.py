@@ -14,6 +14,7 @@ import pytest
 from conftest import (
     DST4,
     DST4_NOROUTE,
+    DST4_SMALL,
     DST6,
     H0_IP4,
     H0_IP6,
@@ -146,15 +147,21 @@ def test_trace_ids_never_leak_into_later_batches():
 
 def test_records_are_bounded():
     r = Router(vector_size=256)
-    pk = [eth() / IP(src=H0_IP4, dst=DST4) / UDP() for _ in range(256)]
+    # fragmented in 3: 10 records each, 1000 packets would need more than TRACE_RECORDS
+    pk = [eth() / IP(src=H0_IP4, dst=DST4_SMALL) / UDP() / (b"x" * 1400) for _ in range(250)]
     arm(r.state, T.MAX_TRACE_PACKETS)
-    for _ in range(8):  # 2048 packets x 5 records > TRACE_RECORDS
-        r.run(pk)
+    for _ in range(4):
+        res = r.run(pk)
+        assert len(res.tx) == 750  # forwarding unaffected, full or not
     tc = r.state.trace_ctl
     assert tc[T.TR_NREC] == T.TRACE_RECORDS
     assert tc[T.TR_LOST] >= 1 and tc[T.TR_LEFT] == 0
-    res = r.run(pk)
-    assert res.fates == ["tx"] * 256  # forwarding unaffected
+    pkts = TraceExplainer(r.fib).explain(snapshot(r.state))
+    assert len(pkts) == T.MAX_TRACE_PACKETS  # selected in the first batches...
+    done = [t for t in pkts if not t.get("incomplete")]
+    assert 700 <= len(done) < T.MAX_TRACE_PACKETS  # ...but not every trail fitted
+    assert all(t["fate"] == ["tx eth2"] * 3 for t in done)
+    assert "incomplete" in render_text(pkts)
 
 
 def test_bad_requests_are_one_line_errors():

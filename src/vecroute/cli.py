@@ -89,6 +89,16 @@ def _parse_inputs(values: tuple[str, ...]) -> list[tuple[str, str]]:
     help="packets per vector (default: [router] vector_size, 256)",
 )
 @click.option("--quiet", "-q", is_flag=True, help="print only the summary line")
+@click.option("--trace", "trace_n", type=click.IntRange(1, 1000), default=None,
+              help="trace the first N packets (or the first N matching --trace-match) and "
+              "print what every node did with them")
+@click.option("--trace-match", default=None, metavar="FILTER",
+              help="trace only packets matching FILTER, e.g. 'udp and dst port 53', "
+              "'src net 10.0.0.0/8', 'ip6 and host 2001:db8::1' (N defaults to 10)")
+@click.option("--trace-from", default="ethernet-input", show_default=True, metavar="NODE",
+              help="select the traced packets as they enter NODE")
+@click.option("--trace-json", default=None, type=click.Path(dir_okay=False),
+              help="write the trace as JSON to this file")
 def replay(
     config: str,
     inputs: tuple[str, ...],
@@ -96,6 +106,10 @@ def replay(
     stats_json: str | None,
     vector_size: int | None,
     quiet: bool,
+    trace_n: int | None,
+    trace_match: str | None,
+    trace_from: str,
+    trace_json: str | None,
 ) -> None:
     """Replay captures through the router built from CONFIG."""
     from vecroute.control.show import (
@@ -105,16 +119,28 @@ def replay(
         runtime_view,
         table_of,
     )
+    from vecroute.control.trace import (
+        TraceError,
+        TraceExplainer,
+        arm,
+        parse_match,
+        render_text,
+        snapshot,
+    )
     from vecroute.fib.fib import RouteError
     from vecroute.io.pcap import CaptureError
     from vecroute.io.replay import Replayer, ReplayError
 
     pairs = _parse_inputs(inputs)
+    tracing = trace_n is not None or trace_match is not None or trace_json is not None
     try:
         cfg = load_config(config)
         rp = Replayer(cfg, vector_size)
+        if tracing:
+            arm(rp.graph.state, trace_n or 10, trace_from,
+                parse_match(trace_match.split()) if trace_match else None)
         res = rp.run(pairs, out_dir)
-    except (ConfigError, RouteError, ReplayError, CaptureError) as e:
+    except (ConfigError, RouteError, ReplayError, CaptureError, TraceError) as e:
         _fail(str(e))
     except OSError as e:
         _fail(f"{e.filename or ''}: {e.strerror}")
@@ -159,6 +185,11 @@ def replay(
     )
     if stats_json:
         Path(stats_json).write_text(json.dumps({"summary": summary, **views}, indent=2) + "\n")
+    if tracing:
+        packets = TraceExplainer(rp.fib, rp.firewall).explain(snapshot(st))
+        click.echo(render_text(packets), nl=False)
+        if trace_json:
+            Path(trace_json).write_text(json.dumps(packets, indent=1) + "\n")
     for err in res.capture_errors:
         click.echo(f"vecroute: {err}", err=True)
     if res.capture_errors:

@@ -59,6 +59,19 @@ class RouterControl(Protocol):
     def fw_command(self, argv: list[str]) -> str:  # `fw ...`: ValueError on bad input
         ...
 
+    def trace_add(self, count: int, node: str, match: dict) -> None: ...
+
+    def trace_clear(self) -> None: ...
+
+    def trace_show(self) -> tuple[list[dict], dict]: ...  # packets, state
+
+    def pcap_start(self, iface: str, direction: str, name: str, count: int,
+                   snaplen: int) -> dict: ...
+
+    def pcap_stop(self) -> dict: ...
+
+    def pcap_status(self) -> dict | None: ...
+
 
 @dataclass
 class Reply:
@@ -181,6 +194,10 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
             return Reply(rows, _render("Neighbor resolution", rows))
         rows = r.neighbor_rows()
         return Reply(rows, _render("Neighbors", rows))
+    if what == "trace":
+        return _trace(r, ["trace", "show", *argv[2:]])
+    if what == "pcap":
+        return _pcap(r, ["pcap", "show", *argv[2:]])
     if what == "workers":
         rows = r.worker_rows()
         return Reply(rows, _render("Workers", rows))
@@ -194,7 +211,7 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
         )
     raise CommandError(
         f"show {_shown(what)}: expected interfaces | routes | neighbors | runtime | errors"
-        " | workers"
+        " | workers | trace | pcap"
     )
 
 
@@ -290,6 +307,95 @@ def _clear(r: RouterControl, argv: list[str]) -> Reply:
         raise CommandError("expected: clear counters")
     r.clear_counters()
     return Reply({"cleared": True}, "counters cleared\n")
+
+
+def _trace(r: RouterControl, argv: list[str]) -> Reply:
+    """trace add N [from NODE] [match FILTER…] | trace clear | trace show (VPP's trace)."""
+    from vecroute.control.trace import MAX_TRACE_PACKETS, TraceError, parse_match, render_text
+
+    op = _words(argv, 1, "add | clear | show")
+    try:
+        if op == "add":
+            count = _int(_words(argv, 2, "how many packets"), "trace add", MAX_TRACE_PACKETS, 1)
+            rest = argv[3:]
+            node = "ethernet-input"
+            if rest[:1] == ["from"]:
+                node = _words(rest, 1, "a node name after from")
+                rest = rest[2:]
+            match = {}
+            if rest[:1] == ["match"]:
+                match = parse_match(rest[1:])
+            elif rest:
+                raise CommandError(f"unexpected word {_shown(rest[0])} (expected from NODE "
+                                   "or match FILTER)")
+            r.trace_add(count, node, match)
+            return Reply({"tracing": count, "from": node},
+                         f"tracing the next {count} packets entering {node}\n")
+        if op == "clear":
+            if len(argv) > 2:
+                raise CommandError(f"unexpected word {_shown(argv[2])}")
+            r.trace_clear()
+            return Reply({"cleared": True}, "trace cleared\n")
+        if op == "show":
+            if len(argv) > 2:
+                raise CommandError(f"unexpected word {_shown(argv[2])}")
+            packets, state = r.trace_show()
+            text = render_text(packets)
+            if state["waiting_for"]:
+                text += f"(still waiting for {state['waiting_for']} packets)\n"
+            if state["records_lost"]:
+                text += (f"({state['records_lost']} records did not fit: "
+                         "the trace stopped there)\n")
+            return Reply({"packets": packets, **state}, text)
+    except TraceError as e:
+        raise CommandError(str(e)) from None
+    raise CommandError(f"trace {_shown(op)}: expected add, clear or show")
+
+
+def _pcap(r: RouterControl, argv: list[str]) -> Reply:
+    """pcap start IFACE|any [rx|tx|drop] FILE [count N] [snaplen S] | pcap stop | show."""
+    from vecroute.control.capture import DEFAULT_COUNT, DIRECTIONS, MAX_COUNT
+    from vecroute.io.channel import REC_BYTES
+
+    op = _words(argv, 1, "start | stop | show")
+    if op == "start":
+        iface = _words(argv, 2, "an interface (or any)")
+        rest = argv[3:]
+        direction = "rx"
+        if rest[:1] and rest[0] in DIRECTIONS:
+            direction, rest = rest[0], rest[1:]
+        name = _words(rest, 0, "a file name")
+        kw = dict(count=DEFAULT_COUNT, snaplen=REC_BYTES)
+        rest = rest[1:]
+        while rest:
+            key = rest[0]
+            if key not in kw:
+                raise CommandError(f"unexpected word {_shown(key)} (expected count N or "
+                                   "snaplen S)")
+            hi, lo = (MAX_COUNT, 1) if key == "count" else (REC_BYTES, 14)
+            kw[key] = _int(_words(rest, 1, f"a number after {key}"), key, hi, lo)
+            rest = rest[2:]
+        try:
+            row = r.pcap_start(iface, direction, name, kw["count"], kw["snaplen"])
+        except ValueError as e:
+            raise CommandError(str(e)) from None
+        return Reply(row, f"capturing {direction} on {iface} into {row['file']} "
+                          f"(count {kw['count']}, snaplen {kw['snaplen']})\n")
+    if len(argv) > 2:
+        raise CommandError(f"unexpected word {_shown(argv[2])}")
+    if op == "stop":
+        try:
+            row = r.pcap_stop()
+        except ValueError as e:
+            raise CommandError(str(e)) from None
+        return Reply(row, f"{row['file']}: {row['written']} frames, {row['bytes']} bytes, "
+                          f"{row['lost']} lost\n")
+    if op == "show":
+        row = r.pcap_status()
+        if row is None:
+            return Reply(None, "no capture since the start\n")
+        return Reply(row, _render("Capture", [row]))
+    raise CommandError(f"pcap {_shown(op)}: expected start, stop or show")
 
 
 def _sr(r: RouterControl, argv: list[str]) -> Reply:
@@ -462,6 +568,8 @@ COMMANDS: dict[str, Callable[[RouterControl, list[str]], Reply]] = {
     "clear": _clear,
     "sr": _sr,
     "fw": _fw,
+    "trace": _trace,
+    "pcap": _pcap,
 }
 
 

@@ -220,6 +220,17 @@ def parse_listen(text: Any) -> tuple[str, int]:
     return str(addr), int(port)
 
 
+DEFAULT_CAPTURE_DIR = "/var/lib/vecroute/capture"
+
+
+@dataclass
+class CaptureConfig:
+    """``[capture]``: where ``ctl pcap start`` may create files, and how big they grow."""
+
+    directory: str = DEFAULT_CAPTURE_DIR
+    max_bytes: int = 100 * 2**20
+
+
 @dataclass
 class Config:
     path: str
@@ -233,6 +244,7 @@ class Config:
     raw: dict[str, Any] = field(default_factory=dict)
     firewall: Any = None  # a vecroute.firewall.config.FirewallConfig; None: no firewall
     metrics: MetricsConfig | None = None  # None: no [metrics] section, no exporter
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
 
     def interface_index(self, name: str) -> int:
         for i, itf in enumerate(self.interfaces):
@@ -330,7 +342,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         "<top>",
         data,
         {"interfaces", "routes", "neighbors", "neighbor_table", "icmp", "router", "control",
-         "firewall", "srv6", "metrics"},
+         "firewall", "srv6", "metrics", "capture"},
     )
     _ = top
     interfaces: list[InterfaceConfig] = []
@@ -458,6 +470,14 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
             metrics = MetricsConfig(*parse_listen(listen))
         except ValueError as e:
             raise r.err("listen", str(e)) from None
+    capture = CaptureConfig()
+    if "capture" in data:
+        r = _Reader(path, "capture", data["capture"], {"directory", "max_bytes"})
+        d = r.get("directory", str, DEFAULT_CAPTURE_DIR)
+        if not d.startswith("/") or "\0" in d or len(os.fsencode(d)) > 4096:
+            raise r.err("directory", "expected an absolute path, no NUL")
+        capture = CaptureConfig(d, r.int_range("max_bytes", CaptureConfig.max_bytes, 4096,
+                                               2**40))
     firewall = None
     if "firewall" in data:
         from vecroute.firewall.config import parse_firewall_config  # (it imports this module)
@@ -467,7 +487,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         firewall.check_interfaces([i.name for i in interfaces])
     settings = _neighbor_settings(path, data.get("neighbor_table", {}))
     return Config(path, interfaces, routes, neighbors, settings, icmp, router, control, data,
-                  firewall, metrics)
+                  firewall, metrics, capture)
 
 
 def load_config(path: str | Path) -> Config:

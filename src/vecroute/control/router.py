@@ -34,22 +34,32 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from vecroute.control.capture import (
+    DIRECTIONS,
+    CaptureSession,
+    open_capture_file,
+    start_capture,
+)
 from vecroute.control.config import Config, ConfigError, load_config
 from vecroute.control.metrics_http import MetricsServer, bind_listener
 from vecroute.control.neighbors import NeighborTable
 from vecroute.control.ports import PortError, Ports
 from vecroute.control.punts import IcmpError, Pending, decode_punts, inject_frame, inject_packets
 from vecroute.control.server import ControlServer, claim_socket_path
+from vecroute.control.trace import TraceExplainer, arm, disarm, snapshot
 from vecroute.fib.fib import Fib, RouteError
 from vecroute.firewall.firewall import Firewall, command_changes
 from vecroute.graph import counters as C
 from vecroute.graph.dataplane import build_dataplane
 from vecroute.graph.state import TB_RST, DataPlaneState
+from vecroute.io.capture import CP_LOST, CP_MODE
 from vecroute.io.channel import R_DROPS
 from vecroute.io.worker import DataPlaneWorker
 
 log = logging.getLogger("vecroute.router")
 TICK_S = 0.1  # neighbour timers run every 100 ms
+CAPTURE_DRAIN_S = 0.02  # a running capture empties the workers' rings this often
+CAPTURE_PER_DRAIN = 1024  # records per ring per pop
 PUNTS_PER_CALLBACK = 256  # then let the event loop serve others before reading more
 WORKER_CALL_TIMEOUT = 5.0  # a worker answers a call between two batches: normally < 1 ms
 FREEZE_ROUTES = 100_000  # a reloaded table this big is frozen out of collection passes
@@ -222,6 +232,7 @@ class LiveRouter:
                 k, socks, tables.with_runtime(None), cfg.router.vector_size, firewalls[k],
                 policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
             ))
+        self.capture: CaptureSession | None = None
         self.server = ControlServer(cfg.control.socket, self)
         if self._metrics_sock is not None:
             self.metrics = MetricsServer(self._metrics_sock, self)
@@ -373,6 +384,94 @@ class LiveRouter:
             for k, v in part.items():
                 total[k] = v if k == "max-states" else total.get(k, 0) + v
         return "".join(f"{k}: {v}\n" for k, v in total.items())
+
+    # -- packet trace and capture (operator tools) ------------------------------------------
+
+    def trace_add(self, count: int, node: str, match: dict) -> None:
+        """Trace the next ``count`` packets entering ``node`` on every worker (VPP: per
+        thread), forgetting the previous trace."""
+        for w in self.workers:
+            self._on_worker(w, lambda w: arm(w.state, count, node, match))
+
+    def trace_clear(self) -> None:
+        for w in self.workers:
+            self._on_worker(w, lambda w: disarm(w.state))
+
+    def trace_show(self) -> tuple[list[dict], dict]:
+        """Every worker's traced packets, explained against the current FIB, and the
+        trace's state (packets still to select, records lost)."""
+        ex = TraceExplainer(self.fib, self.firewall)
+        packets: list[dict] = []
+        left = lost = 0
+        for w in self.workers:
+            snap = self._on_worker(w, lambda w: snapshot(w.state))
+            packets += ex.explain(snap, w.index)
+            left += snap["left"]
+            lost += snap["lost"]
+        return packets, {"waiting_for": left, "records_lost": lost}
+
+    def pcap_start(self, iface: str, direction: str, name: str, count: int,
+                   snaplen: int) -> dict:
+        """Capture into a new pcapng file in ``[capture] directory`` until ``count``
+        frames, the size limit or ``pcap stop``."""
+        if self.capture is not None and self.capture.fd >= 0:
+            raise ValueError(f"a capture is running into {self.capture.path}: pcap stop first")
+        names = [itf.name for itf in self.fib.interfaces]
+        if iface != "any" and iface not in names:
+            raise ValueError(f"no interface {iface[:40]!r} (one of: any, {', '.join(names)})")
+        ifx = -1 if iface == "any" else names.index(iface)
+        d = self.cfg.capture.directory
+        fd = open_capture_file(d, name)
+        sess = CaptureSession(str(Path(d) / name), fd, iface, ifx, direction, count, snaplen,
+                              self.cfg.capture.max_bytes, names)
+        self.capture = sess
+        mode = DIRECTIONS[direction]
+        for w in self.workers:
+            self._on_worker(w, lambda w: start_capture(w.capture_cfg, mode, ifx, snaplen, count))
+        if self.loop is not None:
+            self.loop.call_later(CAPTURE_DRAIN_S, self._capture_drain)
+        return sess.row()
+
+    def _capture_drain(self, final: bool = False) -> None:
+        sess = self.capture
+        if sess is None or sess.fd < 0:
+            return
+        going = True
+        for w in self.workers:
+            while going:
+                recs = w.capture.pop(CAPTURE_PER_DRAIN)
+                if not recs:
+                    break
+                going = sess.add(recs)
+        sess.lost = sum(int(w.capture_cfg[CP_LOST]) for w in self.workers)
+        if not going or final:
+            self._capture_stop()
+        elif self.loop is not None:
+            self.loop.call_later(CAPTURE_DRAIN_S, self._capture_drain)
+
+    def _capture_stop(self) -> None:
+        sess = self.capture
+        for w in self.workers:
+            w.capture_cfg[CP_MODE] = 0  # the worker checks it per batch; nothing waits
+        if sess is not None and sess.fd >= 0:
+            for w in self.workers:  # what was copied before the mode went off
+                recs = w.capture.pop(w.capture.capacity)
+                if recs and not sess.stopped_because:
+                    sess.add(recs)
+            if not sess.stopped_because:
+                sess.stopped_because = "stopped"
+            sess.close()
+            log.info("capture %s: %d frames, %d bytes, %d lost (%s)", sess.path, sess.written,
+                     sess.bytes, sess.lost, sess.stopped_because)
+
+    def pcap_stop(self) -> dict:
+        if self.capture is None or self.capture.fd < 0:
+            raise ValueError("no capture is running")
+        self._capture_drain(final=True)
+        return self.capture.row()
+
+    def pcap_status(self) -> dict | None:
+        return None if self.capture is None else self.capture.row()
 
     def clear_counters(self) -> None:
         for w in self.workers:
@@ -592,6 +691,8 @@ class LiveRouter:
                 log.error("worker %d did not stop within %.0f s", w.index, WORKER_STOP_TIMEOUT)
             else:
                 w.close()
+        if getattr(self, "capture", None) is not None:
+            self._capture_stop()
         if self.server is not None:
             self.server.close()
         if self.metrics is not None:

@@ -37,6 +37,7 @@ from vecroute.graph.state import (
     SID_BEHAVIOR,
     DataPlaneState,
 )
+from vecroute.graph.trace import MAX_TRACE_PACKETS
 from vecroute.packet.batch import (
     M_ADJ,
     M_AUX,
@@ -58,6 +59,10 @@ FATES = {DONE_TX: "tx", DONE_DROP: "drop", DONE_PUNT: "punt", FREE: "free"}
 PROTOS = {1: "icmp", 6: "tcp", 17: "udp", 43: "ipv6-route", 44: "ipv6-frag", 58: "icmp6",
           4: "ipip", 41: "ipv6", 59: "no-next-header", 0: "hop-by-hop", 60: "dest-opts"}
 VERDICTS = ("pass", "drop", "reject", "reset")
+
+
+__all__ = ["MAX_TRACE_PACKETS", "TraceError", "TraceExplainer", "arm", "disarm", "parse_match",
+           "render_text", "snapshot"]
 
 
 class TraceError(ValueError):
@@ -402,7 +407,9 @@ class TraceExplainer:
             last[(pid, slot)] = (meta.copy(), raw)
         for p in packets.values():
             fates = [s for s in p["nodes"] if s["next"] in FATES.values()]
-            p["fate"] = [s["fate"] for s in fates]
+            p["fate"] = [s["fate"] for s in fates if "fate" in s]
+            if snap["lost"] and not p["fate"]:
+                p["incomplete"] = True  # its later records did not fit
         return list(packets.values())
 
     def _step(self, node: int, slot: int, meta, raw: bytes, prev, row,
@@ -507,6 +514,8 @@ def render_text(packets: list[dict[str, Any]]) -> str:
         lines.append(f"Packet {p['packet']} (worker {p['worker']}, rx {p['rx']}, "
                      f"{p['length']} bytes, selected at {p.get('selected_at', '?')})")
         lines.append(f"  {headers_text(p.get('headers', []))}")
+        if p.get("incomplete"):
+            lines.append("  (incomplete: the trace's record buffer filled up)")
         for s in p["nodes"]:
             gen = f" [generated, slot {s['slot']}]" if s.get("generated") else ""
             d = [f"-> {s['next']}"]
