@@ -27,7 +27,6 @@ from conftest import (
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 
-from vecroute.graph import trace as T
 from vecroute.control.trace import (
     TraceError,
     TraceExplainer,
@@ -37,6 +36,7 @@ from vecroute.control.trace import (
     render_text,
     snapshot,
 )
+from vecroute.graph import trace as T
 from vecroute.packet.batch import M_TRACE
 
 
@@ -211,3 +211,43 @@ def test_ecmp_bucket_is_explained():
         seen.add(tx.ifname)
     assert seen == {"eth1", "eth2"}
     assert np.all(r.state.trace_ctl[T.TR_LEFT] == 0)
+
+
+# -- replay --trace ----------------------------------------------------------------------------
+
+
+def test_replay_trace_prints_the_first_matching_packets(tmp_path):
+    import json
+    from decimal import Decimal
+
+    from click.testing import CliRunner
+    from scapy.utils import rdpcap
+    from test_replay_cli import replay, write_pcap
+
+    pk = [eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=53 if i % 3 == 0 else 80)
+          for i in range(30)]
+    write_pcap(tmp_path / "in.pcap", pk, [Decimal(1700000000 + i) for i in range(30)])
+    res = replay(tmp_path, base_config(), {"eth0": tmp_path / "in.pcap"},
+                 ["--trace", "4", "--trace-match", "udp and dst port 53",
+                  "--trace-json", str(tmp_path / "t.json")])
+    assert res.exit_code == 0, res.output
+    got = json.loads((tmp_path / "t.json").read_text())
+    assert len(got) == 4
+    sent = [p for p in rdpcap(str(tmp_path / "in.pcap")) if p[UDP].dport == 53][:4]
+    for t, p in zip(got, sent, strict=True):
+        udp = next(la for la in t["headers"] if la["layer"] == "udp")
+        ip = next(la for la in t["headers"] if la["layer"] == "ip4")
+        assert (udp["dport"], ip["src"], ip["dst"], ip["id"]) == (53, p[IP].src, p[IP].dst,
+                                                                   p[IP].id)
+        assert t["fate"] == ["tx eth1"]
+    assert res.output.count("Packet ") == 4 and "ip4-rewrite" in res.output
+    bad = CliRunner().invoke(main_cli(), ["replay", str(tmp_path / "router.toml"), "--in",
+                                          f"eth0={tmp_path / 'in.pcap'}", "--out-dir",
+                                          str(tmp_path / "o2"), "--trace-match", "port x"])
+    assert bad.exit_code != 0 and "port" in bad.output and "Traceback" not in bad.output
+
+
+def main_cli():
+    from vecroute.cli import main
+
+    return main
