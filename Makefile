@@ -18,9 +18,9 @@ install: $(STAMP)
 
 # Oracles and peers from Debian: ministat checks `vecroute stat`; iproute2, ping,
 # traceroute and iperf3 are the live tests' Linux hosts; tmux is the terminal that
-# `vecroute top`'s live test reads.
+# `vecroute top`'s live test reads; tcpdump reads the pcapng files of `ctl pcap`.
 SYSTEM_TOOLS := ministat:ministat ip:iproute2 ping:iputils-ping traceroute:traceroute \
-	iperf3:iperf3 setpriv:util-linux tmux:tmux
+	iperf3:iperf3 setpriv:util-linux tcpdump:tcpdump tmux:tmux
 system-deps:
 	@missing=""; for t in $(SYSTEM_TOOLS); do \
 		command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \

@@ -140,6 +140,11 @@ def test_pcap_drop_records_the_reason(topo):
     pk = rdpcap(str(topo.capdir / "drop.pcapng"))
     assert len(pk) == row["written"] and all(p.sniffed_on == topo.ports[0] for p in pk)
     assert [p.comment for p in ours()] == [b"drop: ip4-bad-checksum: bad ip4 header checksum"] * 2
+    # tcpdump reads it too (a second, independent pcapng reader)
+    out = subprocess.run(["tcpdump", "-nn", "-r", str(topo.capdir / "drop.pcapng")],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("203.0.113.10.9:") == 2
     assert all(p.direction == 1 for p in pk)  # inbound
 
 
