@@ -314,3 +314,33 @@ def test_run_errors_are_one_line(tmp_path):
         timeout=60,
     )
     assert r.returncode == 2 and "root" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_trace_and_pcap_with_one_worker(topo):
+    """ctl trace and ctl pcap on the one-worker router (tests/test_live_tools.py runs
+    them against two workers, in depth)."""
+    rep = topo.ctl("trace", "add", "1", "match", "icmp", "and", "dst", "host", H2_V4)
+    assert rep["ok"], rep
+    name = f"live-{os.getpid()}.pcapng"
+    rep = topo.ctl("pcap", "start", topo.ports[1], "tx", name, "count", "50")
+    assert rep["ok"], rep
+    path = rep["data"]["file"]
+    try:
+        ping(topo, "h1", H2_V4, "-c", "2", "-i", "0.1", "-W", "3", check=True)
+        deadline = time.monotonic() + 10
+        while not (pk := topo.ctl("show", "trace")["data"]["packets"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert len(pk) == 1 and pk[0]["fate"] == [f"tx {topo.ports[1]}"]
+        assert [s["node"] for s in pk[0]["nodes"]][2] == "ip4-lookup"
+        row = topo.ctl("pcap", "stop")["data"]
+        from scapy.layers.inet import ICMP, IP
+        from scapy.utils import rdpcap
+
+        echo = [p for p in rdpcap(path) if ICMP in p and p[ICMP].type == 8]
+        assert len(echo) == 2 and all(p[IP].ttl == 63 for p in echo), row
+    finally:
+        topo.ctl("pcap", "stop")
+        topo.ctl("trace", "clear")
+        if os.path.exists(path):
+            os.unlink(path)
