@@ -313,6 +313,17 @@ class TraceExplainer:
         self.firewall = firewall
         self.names = [itf.name for itf in fib.interfaces]
         self.table_ids = {4: fib.lpm[4].table_ids, 6: fib.lpm[6].table_ids}
+        # a packet's bytes are the same at most nodes, and a flow's packets ask the FIB the
+        # same question: decode and explain each once (a full trace: ~5x fewer)
+        self._decoded: dict[tuple[bytes, int], list[dict[str, Any]]] = {}
+        self._looked_up: dict[tuple, dict[str, Any]] = {}
+
+    def decode(self, raw: bytes, l3: int) -> list[dict[str, Any]]:
+        key = (raw, l3)
+        got = self._decoded.get(key)
+        if got is None:
+            got = self._decoded[key] = decode_frame(raw, l3)
+        return got
 
     def _if(self, ifx: int) -> str:
         return self.names[ifx] if 0 <= ifx < len(self.names) else f"#{ifx}"
@@ -330,14 +341,24 @@ class TraceExplainer:
     def lookup(self, family: int, table_index: int, dst: str, chosen: int, h: int) -> dict:
         """What the FIB answers for dst: the prefix, load-balance, buckets, and which bucket
         the flow hash picks (the data path's rule: hash % buckets)."""
+        key = (family, table_index, dst, chosen, h)
+        got = self._looked_up.get(key)
+        if got is None:
+            got = self._looked_up[key] = self._lookup(family, table_index, dst, chosen, h)
+        return got
+
+    def _lookup(self, family: int, table_index: int, dst: str, chosen: int, h: int) -> dict:
         ids = self.table_ids[family]
         table = ids[table_index] if 0 <= table_index < len(ids) else None
         out: dict[str, Any] = {"table": table, "destination": dst}
         if table is None:
             return out
         addr = ipaddress.ip_address(dst)
-        for plen in range(addr.max_prefixlen, -1, -1):
-            net = ipaddress.ip_network(f"{addr}/{plen}", strict=False)
+        bits = addr.max_prefixlen
+        a = int(addr)
+        cls = ipaddress.IPv4Network if family == 4 else ipaddress.IPv6Network
+        for plen in range(bits, -1, -1):
+            net = cls((a >> (bits - plen) << (bits - plen), plen))
             route = self.fib.routes.get((table, net))
             if route is not None:
                 out["prefix"] = str(net)
@@ -394,7 +415,7 @@ class TraceExplainer:
                                     "length": int(meta[M_LEN]), "nodes": []}
             if kind == T.K_SEEN:
                 p["selected_at"] = NODE_NAMES[node]
-                p["headers"] = decode_frame(raw, l3)
+                p["headers"] = self.decode(raw, l3)
                 last[(pid, slot)] = (meta.copy(), raw)
                 continue
             prev = last.get((pid, slot))
@@ -434,7 +455,7 @@ class TraceExplainer:
             step["reason"] = c.name
             step["reason_text"] = c.description
         l3 = int(meta[M_L3]) - int(meta[M_OFF])
-        layers = decode_frame(raw, l3 if meta[M_L3] else -1) if raw else []
+        layers = self.decode(raw, l3 if meta[M_L3] else -1) if raw else []
         ip = next((la for la in layers if la["layer"] in ("ip4", "ip6")), None)
         prev_raw = prev[1] if prev is not None else None
         if raw != prev_raw:
@@ -446,7 +467,7 @@ class TraceExplainer:
             if seen is not None:
                 pm = seen[0]
                 pl3 = int(pm[M_L3]) - int(pm[M_OFF])
-                src_layers = decode_frame(seen[1], pl3 if pm[M_L3] else -1)
+                src_layers = self.decode(seen[1], pl3 if pm[M_L3] else -1)
             sip = next((la for la in src_layers if la["layer"] in ("ip4", "ip6")), ip)
             fam = 6 if sip["layer"] == "ip6" else 4
             step["lookup"] = self.lookup(fam, int(meta[M_FIB]), sip["dst"], int(meta[M_ADJ]),
