@@ -28,6 +28,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from vecroute.control.metrics import MetricsSource, router_registry
+from vecroute.control.server import stop_serving
 
 log = logging.getLogger("vecroute.metrics")
 
@@ -101,14 +102,7 @@ class MetricsServer(Collector):
         if self._closed:
             return
         self._closed = True
-        if self._server is not None:
-            self._server.close()
-        else:
-            self.sock.close()
-        self._closing = list(self._conns)
-        for task, writer in list(self._conns.items()):
-            writer.transport.abort()
-            task.cancel()
+        self._closing = stop_serving(self._server, self.sock, self._conns)
         for tr in list(self._lingering):
             tr.abort()
         self._lingering.clear()

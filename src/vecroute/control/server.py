@@ -86,14 +86,7 @@ class ControlServer:
         if self._closed:
             return
         self._closed = True
-        if self._server is not None:
-            self._server.close()
-        else:
-            self.sock.close()
-        self._closing = list(self._conns)
-        for task, writer in list(self._conns.items()):
-            writer.transport.abort()
-            task.cancel()
+        self._closing = stop_serving(self._server, self.sock, self._conns)
         try:
             os.unlink(self.path)
         except OSError:
@@ -360,6 +353,21 @@ def _alive(path: str) -> bool:
         return True
     finally:
         s.close()
+
+
+def stop_serving(server: asyncio.AbstractServer | None, sock: socket.socket,
+                 conns: dict) -> list[asyncio.Task]:
+    """Stop accepting (the server, or its socket if it never started) and abort every
+    client connection (``conns``: task -> writer); returns the tasks to wait for."""
+    if server is not None:
+        server.close()
+    else:
+        sock.close()
+    closing = list(conns)
+    for task, writer in list(conns.items()):
+        writer.transport.abort()
+        task.cancel()
+    return closing
 
 
 def request(path: str, argv: list[str], timeout: float = 30.0) -> dict:
