@@ -319,6 +319,7 @@ def test_run_errors_are_one_line(tmp_path):
 def test_trace_and_pcap_with_one_worker(topo):
     """ctl trace and ctl pcap on the one-worker router (tests/test_live_tools.py runs
     them against two workers, in depth)."""
+    ping(topo, "h1", H2_V4, "-c", "1", "-W", "3", check=True)  # h2 resolved: no punt
     rep = topo.ctl("trace", "add", "1", "match", "icmp", "and", "dst", "host", H2_V4)
     assert rep["ok"], rep
     name = f"live-{os.getpid()}.pcapng"

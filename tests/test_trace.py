@@ -42,7 +42,7 @@ from vecroute.packet.batch import M_TRACE
 
 def traced(r: Router, packets, count: int = 10, node: str = "ethernet-input",
            match: list[str] | None = None, rx: str = "eth0"):
-    arm(r.state, count, node, parse_match(match or []))
+    arm(r.state, count, node, parse_match(match) if match else None)
     res = r.run(packets, rx=rx)
     return res, TraceExplainer(r.fib, r.firewall).explain(snapshot(r.state))
 
@@ -251,3 +251,82 @@ def main_cli():
     from vecroute.cli import main
 
     return main
+
+
+# -- the review's findings ----------------------------------------------------------------------
+
+
+def test_default_only_direction_traces_the_default_rule():
+    """Rules only for `out`: fw-in applies the default alone (no classification) and the
+    trace must say so, not show stale verdict rows."""
+    r = Router(base_config(firewall={"default": "deny",
+                                     "rules": ["100 allow ip from any to any out"]}))
+    _, pkts = traced(r, [eth() / IP(src=H0_IP4, dst=DST4) / UDP()])
+    fw = [s["firewall"] for s in pkts[0]["nodes"] if s["node"] == "fw-in"]
+    assert fw == [{"verdict": "drop", "rule": 65535}]
+    r = Router(base_config(firewall={"default": "deny",
+                                     "rules": ["100 allow ip from any to any in"]}))
+    _, pkts = traced(r, [eth() / IP(src=H0_IP4, dst=DST4) / UDP()])
+    steps = {s["node"]: s for s in pkts[0]["nodes"]}
+    assert steps["fw-in"]["firewall"] == {"verdict": "pass", "rule": 100}
+    assert steps["fw-out"]["firewall"] == {"verdict": "drop", "rule": 65535}
+
+
+def test_rule_number_is_the_one_that_decided_even_after_rules_change():
+    r = Router(base_config(firewall={"rules": ["100 deny udp from any to any 9",
+                                               "200 allow ip from any to any"]}))
+    _, _ = traced(r, [eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9)])
+    r.firewall.command(["add", "50", "count", "ip", "from", "any", "to", "any"], 0)
+    pkts = TraceExplainer(r.fib, r.firewall).explain(snapshot(r.state))
+    fw = [s["firewall"] for s in pkts[0]["nodes"] if s["node"] == "fw-in"]
+    assert fw == [{"verdict": "drop", "rule": 100}]
+
+
+def test_end_dx4_is_traced_without_a_lookup():
+    from scapy.layers.inet6 import IPv6ExtHdrSegmentRouting
+    from test_srv6 import SID_DX4, srv6_config
+
+    r = Router(srv6_config())
+    inner = IP(src=H0_IP4, dst="198.18.7.7") / UDP()
+    p = eth() / IPv6(src=H0_IP6, dst=SID_DX4) / IPv6ExtHdrSegmentRouting(
+        addresses=[SID_DX4], segleft=0) / inner
+    res, pkts = traced(r, [p])
+    assert len(res.tx) == 1 and res.tx[0].pkt.dst == N1
+    lk = [s["lookup"] for s in pkts[0]["nodes"] if "lookup" in s]
+    assert lk[-1]["skipped"] and "note" not in lk[-1] and "prefix" not in lk[-1]
+    assert any(s.get("srv6", {}).get("behavior") == "End.DX4" for s in pkts[0]["nodes"])
+
+
+@pytest.mark.parametrize("words", [
+    ["port", "0000000099999"], ["proto", "00000000300"], ["port", "0" * 8 + "9" * 4000],
+    [], ["and"], ["src", "ip"], ["host", "fe80::1%eth0"], ["dst", "tcp"]])
+def test_filter_numbers_and_words_are_checked(words):
+    with pytest.raises(TraceError):
+        parse_match(words)
+
+
+def test_filter_numbers_with_leading_zeros():
+    assert parse_match(["port", "0080"]) == {"port": 80}
+
+
+def test_a_capture_that_cannot_write_ends_with_the_reason(tmp_path):
+    import os
+
+    from vecroute.control.capture import CaptureError, CaptureSession
+    from vecroute.io.capture import CAP_RX, CR_CAPLEN, CR_COLS, CR_DIR, CR_LEN
+
+    full = os.open("/dev/full", os.O_WRONLY)
+    with pytest.raises(CaptureError, match="write error"):
+        CaptureSession(str(tmp_path / "x.pcapng"), full, "any", -1, "rx", 10, 2048, 1 << 20,
+                       ["eth0"])
+    f = os.open(tmp_path / "y.pcapng", os.O_WRONLY | os.O_CREAT, 0o600)
+    s = CaptureSession(str(tmp_path / "y.pcapng"), f, "any", -1, "rx", 10, 2048, 1 << 20,
+                       ["eth0"])
+    rec = np.zeros(CR_COLS, np.int64)
+    rec[CR_DIR], rec[CR_CAPLEN], rec[CR_LEN] = CAP_RX, 4, 4
+    assert s.add([(rec, b"abcd")])
+    os.dup2(os.open("/dev/full", os.O_WRONLY), s.fd)  # the disk is full from now on
+    assert not s.add([(rec, b"abcd")])
+    assert s.stopped_because.startswith("write error") and s.fd < 0
+    assert s.written == 1
+    assert not s.add([(rec, b"abcd")])  # and stays ended

@@ -138,7 +138,7 @@ def replay(
         rp = Replayer(cfg, vector_size)
         if tracing:
             arm(rp.graph.state, trace_n or 10, trace_from,
-                parse_match(trace_match.split()) if trace_match else None)
+                parse_match(trace_match.split()) if trace_match is not None else None)
         res = rp.run(pairs, out_dir)
     except (ConfigError, RouteError, ReplayError, CaptureError, TraceError) as e:
         _fail(str(e))

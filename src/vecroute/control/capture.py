@@ -39,6 +39,7 @@ from vecroute.io.capture import (
     CR_REASON,
     CR_TS,
 )
+from vecroute.io.channel import R_HEAD, R_TAIL
 
 DIRECTIONS = {"rx": CAP_RX, "tx": CAP_TX, "drop": CAP_DROP}
 LINKTYPE_ETHERNET = 1
@@ -51,9 +52,12 @@ class CaptureError(ValueError):
     """A capture that cannot start (one line)."""
 
 
-def start_capture(cfg, mode: int, ifx: int, snaplen: int, count: int) -> None:
-    """Set a worker's capture words (its mode last: the loop reads it first)."""
+def start_capture(cfg, ring, mode: int, ifx: int, snaplen: int, count: int) -> None:
+    """Set a worker's capture words (its mode last: the loop reads it first), in the
+    worker's thread between two batches; what an earlier capture left in its ring (copied
+    as it was being stopped) is discarded first."""
     cfg[CP_MODE] = 0
+    ring.ctl[R_TAIL] = ring.ctl[R_HEAD]
     cfg[CP_IF] = ifx
     cfg[CP_SNAP] = snaplen
     cfg[CP_LEFT] = count
@@ -150,18 +154,33 @@ class CaptureSession:
 
     def __post_init__(self) -> None:
         head = section_header() + b"".join(interface_block(n, self.snaplen) for n in self.names)
-        self._write(head)
+        if not self._write(head):
+            err = self.stopped_because
+            try:
+                os.unlink(self.path)  # nothing useful in it
+            except OSError:
+                pass
+            raise CaptureError(f"{self.path}: {err}")
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes) -> bool:
+        """Append to the file; on an error (a full disk) the capture ends, saying why."""
         view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
+        try:
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except OSError as e:
+            self.stopped_because = f"write error: {e.strerror or e}"
+            self.close()
+            return False
         self.bytes += len(data)
+        return True
 
     def add(self, records: list) -> bool:
         """Write drained ring records (header row, bytes); False once a limit is reached
-        (the rest are not written)."""
+        or the file cannot be written (the rest are not written)."""
+        if self.fd < 0:
+            return False
         out = []
         size = self.bytes
         for h, data in records:
@@ -182,8 +201,9 @@ class CaptureSession:
             out.append(blk)
             size += len(blk)
             self.written += 1
-        if out:
-            self._write(b"".join(out))
+        if out and not self._write(b"".join(out)):
+            self.written -= len(out)
+            return False
         if self.written >= self.count and not self.stopped_because:
             self.stopped_because = "count"
         return not self.stopped_because

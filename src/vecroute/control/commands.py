@@ -63,7 +63,9 @@ class RouterControl(Protocol):
 
     def trace_clear(self) -> None: ...
 
-    def trace_show(self) -> tuple[list[dict], dict]: ...  # packets, state
+    def trace_snapshots(self) -> list[tuple[int, dict]]: ...  # (worker, records)
+
+    def trace_explainer(self): ...  # a vecroute.control.trace.TraceExplainer
 
     def pcap_start(self, iface: str, direction: str, name: str, count: int,
                    snaplen: int) -> dict: ...
@@ -311,7 +313,7 @@ def _clear(r: RouterControl, argv: list[str]) -> Reply:
 
 def _trace(r: RouterControl, argv: list[str]) -> Reply:
     """trace add N [from NODE] [match FILTER…] | trace clear | trace show (VPP's trace)."""
-    from vecroute.control.trace import MAX_TRACE_PACKETS, TraceError, parse_match, render_text
+    from vecroute.control.trace import MAX_TRACE_PACKETS, TraceError, parse_match
 
     op = _words(argv, 1, "add | clear | show")
     try:
@@ -339,17 +341,39 @@ def _trace(r: RouterControl, argv: list[str]) -> Reply:
         if op == "show":
             if len(argv) > 2:
                 raise CommandError(f"unexpected word {_shown(argv[2])}")
-            packets, state = r.trace_show()
-            text = render_text(packets)
-            if state["waiting_for"]:
-                text += f"(still waiting for {state['waiting_for']} packets)\n"
-            if state["records_lost"]:
-                text += (f"({state['records_lost']} records did not fit: "
-                         "the trace stopped there)\n")
-            return Reply({"packets": packets, **state}, text)
+            reply = Reply(None)
+            reply.chunks = _trace_chunks(r.trace_explainer(), r.trace_snapshots(), reply)
+            return reply
     except TraceError as e:
         raise CommandError(str(e)) from None
     raise CommandError(f"trace {_shown(op)}: expected add, clear or show")
+
+
+TRACE_CHUNK = 50  # packets rendered per streamed piece
+
+
+def _trace_chunks(explainer, snaps: list[tuple[int, dict]], out: Reply) -> Iterator[str]:
+    """``show trace`` streamed: one worker's records explained per step (at most 8192,
+    ~0.1 s), rendered in pieces; ``out.data`` is set once all are done."""
+    from vecroute.control.trace import render_text
+
+    packets: list[dict] = []
+    left = lost = 0
+    for worker, snap in snaps:
+        mine = explainer.explain(snap, worker)
+        yield ""
+        for i in range(0, len(mine), TRACE_CHUNK):
+            yield render_text(mine[i:i + TRACE_CHUNK])
+        packets += mine
+        left += snap["left"]
+        lost += snap["lost"]
+    if not packets:
+        yield render_text([])
+    if left:
+        yield f"(still waiting for {left} packets)\n"
+    if lost:
+        yield f"({lost} records did not fit: the trace stopped there)\n"
+    out.data = {"packets": packets, "waiting_for": left, "records_lost": lost}
 
 
 def _pcap(r: RouterControl, argv: list[str]) -> Reply:

@@ -52,7 +52,7 @@ from vecroute.firewall.firewall import Firewall, command_changes
 from vecroute.graph import counters as C
 from vecroute.graph.dataplane import build_dataplane
 from vecroute.graph.state import TB_RST, DataPlaneState
-from vecroute.io.capture import CP_LOST, CP_MODE
+from vecroute.io.capture import CP_LEFT, CP_LOST, CP_MODE
 from vecroute.io.channel import R_DROPS
 from vecroute.io.worker import DataPlaneWorker
 
@@ -233,6 +233,7 @@ class LiveRouter:
                 policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
             ))
         self.capture: CaptureSession | None = None
+        self._capture_timer: asyncio.TimerHandle | None = None
         self.server = ControlServer(cfg.control.socket, self)
         if self._metrics_sock is not None:
             self.metrics = MetricsServer(self._metrics_sock, self)
@@ -397,18 +398,13 @@ class LiveRouter:
         for w in self.workers:
             self._on_worker(w, lambda w: disarm(w.state))
 
-    def trace_show(self) -> tuple[list[dict], dict]:
-        """Every worker's traced packets, explained against the current FIB, and the
-        trace's state (packets still to select, records lost)."""
-        ex = TraceExplainer(self.fib, self.firewall)
-        packets: list[dict] = []
-        left = lost = 0
-        for w in self.workers:
-            snap = self._on_worker(w, lambda w: snapshot(w.state))
-            packets += ex.explain(snap, w.index)
-            left += snap["left"]
-            lost += snap["lost"]
-        return packets, {"waiting_for": left, "records_lost": lost}
+    def trace_snapshots(self) -> list[tuple[int, dict]]:
+        """Each worker's trace records (copied between two of its batches)."""
+        return [(w.index, self._on_worker(w, lambda w: snapshot(w.state)))
+                for w in self.workers]
+
+    def trace_explainer(self) -> TraceExplainer:
+        return TraceExplainer(self.fib, self.firewall)
 
     def pcap_start(self, iface: str, direction: str, name: str, count: int,
                    snaplen: int) -> dict:
@@ -421,48 +417,78 @@ class LiveRouter:
             raise ValueError(f"no interface {iface[:40]!r} (one of: any, {', '.join(names)})")
         ifx = -1 if iface == "any" else names.index(iface)
         d = self.cfg.capture.directory
-        fd = open_capture_file(d, name)
-        sess = CaptureSession(str(Path(d) / name), fd, iface, ifx, direction, count, snaplen,
-                              self.cfg.capture.max_bytes, names)
+        fd = open_capture_file(d, name)  # the session owns it (closed when it fails)
+        sess = CaptureSession(str(Path(d) / name), fd, iface, ifx, direction, count,
+                              snaplen, self.cfg.capture.max_bytes, names)
         self.capture = sess
         mode = DIRECTIONS[direction]
-        for w in self.workers:
-            self._on_worker(w, lambda w: start_capture(w.capture_cfg, mode, ifx, snaplen, count))
-        if self.loop is not None:
-            self.loop.call_later(CAPTURE_DRAIN_S, self._capture_drain)
+        try:
+            for w in self.workers:
+                self._on_worker(w, lambda w: start_capture(w.capture_cfg, w.capture, mode,
+                                                           ifx, snaplen, count))
+        except BaseException:
+            self._capture_stop()  # those armed stop; the file keeps what it got
+            sess.stopped_because = "failed to start"
+            raise
+        self._schedule_drain()
         return sess.row()
 
+    def _schedule_drain(self) -> None:
+        if self._capture_timer is not None:
+            self._capture_timer.cancel()
+        self._capture_timer = None
+        if self.loop is not None:
+            self._capture_timer = self.loop.call_later(CAPTURE_DRAIN_S, self._capture_drain)
+
     def _capture_drain(self, final: bool = False) -> None:
+        """Move what the workers copied into the file: at most one ring's worth per worker
+        per call (a flood cannot hold the loop), every CAPTURE_DRAIN_S."""
+        self._capture_timer = None
         sess = self.capture
         if sess is None or sess.fd < 0:
             return
         going = True
         for w in self.workers:
-            while going:
-                recs = w.capture.pop(CAPTURE_PER_DRAIN)
+            budget = w.capture.capacity
+            while going and budget > 0:
+                recs = w.capture.pop(min(CAPTURE_PER_DRAIN, budget))
                 if not recs:
                     break
+                budget -= len(recs)
                 going = sess.add(recs)
         sess.lost = sum(int(w.capture_cfg[CP_LOST]) for w in self.workers)
         if not going or final:
             self._capture_stop()
-        elif self.loop is not None:
-            self.loop.call_later(CAPTURE_DRAIN_S, self._capture_drain)
+        else:
+            self._schedule_drain()
 
     def _capture_stop(self) -> None:
-        sess = self.capture
+        """End the capture; never raises (a stop on exit must not skip the rest of it)."""
+        if self._capture_timer is not None:
+            self._capture_timer.cancel()
+            self._capture_timer = None
         for w in self.workers:
-            w.capture_cfg[CP_MODE] = 0  # the worker checks it per batch; nothing waits
-        if sess is not None and sess.fd >= 0:
+            # the worker checks both before each copy; one it is making now may still
+            # land in the ring, and the next start discards it
+            w.capture_cfg[CP_LEFT] = 0
+            w.capture_cfg[CP_MODE] = 0
+        sess = self.capture
+        if sess is None or sess.fd < 0:
+            return
+        try:
             for w in self.workers:  # what was copied before the mode went off
                 recs = w.capture.pop(w.capture.capacity)
                 if recs and not sess.stopped_because:
                     sess.add(recs)
             if not sess.stopped_because:
                 sess.stopped_because = "stopped"
+        except Exception as e:  # noqa: BLE001 - logged; the file is closed below
+            sess.stopped_because = f"error: {e}"
+            log.exception("capture %s", sess.path)
+        finally:
             sess.close()
-            log.info("capture %s: %d frames, %d bytes, %d lost (%s)", sess.path, sess.written,
-                     sess.bytes, sess.lost, sess.stopped_because)
+        log.info("capture %s: %d frames, %d bytes, %d lost (%s)", sess.path, sess.written,
+                 sess.bytes, sess.lost, sess.stopped_because)
 
     def pcap_stop(self) -> dict:
         if self.capture is None or self.capture.fd < 0:

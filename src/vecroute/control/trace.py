@@ -39,6 +39,7 @@ from vecroute.graph.state import (
 )
 from vecroute.graph.trace import MAX_TRACE_PACKETS
 from vecroute.packet.batch import (
+    F_FORCED_ADJ,
     M_ADJ,
     M_AUX,
     M_AUX2,
@@ -77,6 +78,9 @@ def parse_match(words: list[str]) -> dict[str, Any]:
     optional ``and``. Returns the fields it sets (see :func:`arm`)."""
     out: dict[str, Any] = {}
     ws = [w for w in words if w != "and"]
+    if not ws:
+        raise TraceError("match: expected a filter (ip, ip6, tcp, udp, icmp, icmp6, proto N, "
+                         "[src|dst] host|net|port)")
     i = 0
     protos = {"tcp": 6, "udp": 17, "icmp": 1, "icmp6": 58}
 
@@ -93,6 +97,8 @@ def parse_match(words: list[str]) -> dict[str, Any]:
         if w in ("src", "dst"):
             side = w
             w = need("host, net or port after " + side)
+            if w not in ("host", "net", "port"):
+                raise TraceError(f"match: {side} {w[:40]!r}: expected host, net or port")
         if w in ("ip", "ip4"):
             out["family"] = 4
         elif w == "ip6":
@@ -104,6 +110,8 @@ def parse_match(words: list[str]) -> dict[str, Any]:
         elif w in ("host", "net"):
             text = need("an address" if w == "host" else "a prefix")
             try:
+                if "%" in text:  # a scope would be dropped silently: no such filter
+                    raise ValueError
                 net = ipaddress.ip_network(text, strict=False)
             except ValueError:
                 raise TraceError(f"match: {text[:40]!r} is not an address or prefix") from None
@@ -123,9 +131,12 @@ def parse_match(words: list[str]) -> dict[str, Any]:
 
 
 def _number(text: str, what: str, hi: int) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text[:8]) > hi:
+    """ASCII digits in 0..hi (leading zeros allowed, never a huge int)."""
+    digits = text.lstrip("0") or "0"
+    if not (text.isascii() and text.isdigit()) or len(digits) > len(str(hi)) \
+            or int(digits) > hi:
         raise TraceError(f"match: {what} {text[:40]!r}: expected a number 0..{hi}")
-    return int(text)
+    return int(digits)
 
 
 def arm(st: DataPlaneState, count: int, node: str = "ethernet-input",
@@ -386,16 +397,6 @@ class TraceExplainer:
                            f"{buckets[bucket]}, the packet used {chosen}")
         return out
 
-    def rule(self, row: int) -> Any:
-        """The rule number of a classifier rule row (the firewall's own numbering)."""
-        fw = self.firewall
-        if fw is None or row < 0:
-            return None
-        try:
-            return fw.rule_at(row).number
-        except IndexError:  # the rules changed since
-            return None
-
     def explain(self, snap: dict[str, Any], worker: int = 0) -> list[dict[str, Any]]:
         """One entry per traced packet, in order of selection."""
         rec, data, times = snap["rec"], snap["snap"], snap["time"]
@@ -460,7 +461,12 @@ class TraceExplainer:
         prev_raw = prev[1] if prev is not None else None
         if raw != prev_raw:
             step["headers"] = layers
-        if name in ("ip4-lookup", "ip6-lookup") and ip is not None:
+        if name in ("ip4-lookup", "ip6-lookup") and prev is not None and \
+                int(prev[0][M_FLAGS]) & F_FORCED_ADJ:
+            # End.X / End.DX4 / End.DX6 chose the adjacency: the lookup was skipped
+            step["lookup"] = {"skipped": "adjacency chosen by the local SID",
+                              "adjacency": self._adj(int(meta[M_ADJ]))}
+        elif name in ("ip4-lookup", "ip6-lookup") and ip is not None:
             # the address looked up: what the node saw (before an encapsulation changed it)
             seen = prev
             src_layers = layers
@@ -487,7 +493,8 @@ class TraceExplainer:
         elif name in ("fw-in", "fw-out"):
             v = int(row[T.R_FW_VERDICT])
             step["firewall"] = {"verdict": VERDICTS[v] if 0 <= v < len(VERDICTS) else v,
-                                "rule": self.rule(int(row[T.R_FW_RULE]))}
+                                "rule": int(row[T.R_FW_RULE]) if row[T.R_FW_RULE] >= 0
+                                else None}
         elif name == "srv6-localsid" and prev is not None:
             a = int(prev[0][M_ADJ])
             adjs = self.fib.adjs
@@ -543,7 +550,10 @@ def render_text(packets: list[dict[str, Any]]) -> str:
             if "reason" in s:
                 d.append(f"{s['reason']}: {s['reason_text']}"
                          + (f" (after {s['cause']})" if "cause" in s else ""))
-            if "lookup" in s:
+            if "lookup" in s and "skipped" in s["lookup"]:
+                d.append(f"no lookup: {s['lookup']['skipped']} (adjacency "
+                         f"{s['lookup']['adjacency'].get('describe', '')})")
+            elif "lookup" in s:
                 lk = s["lookup"]
                 d.append(f"table {lk.get('table')} {lk.get('destination')} matched "
                          f"{lk.get('prefix')} ({lk.get('route', '')})")

@@ -16,7 +16,7 @@ from vecroute.graph.local import punt
 from vecroute.graph.lookup import resolve4
 from vecroute.graph.node_ids import INTERFACE_OUTPUT
 from vecroute.graph.state import A_TYPE, ADJ_LOCAL, OPT_LIVE
-from vecroute.packet.batch import M_FIB, M_L3, M_LEN, M_OFF, M_ORIG, M_RX, M_TX, alloc_slot
+from vecroute.packet.batch import M_FIB, M_L3, M_LEN, M_OFF, M_RX, M_TX, alloc_slot
 from vecroute.packet.headers import ARP_LEN, rd16, rd32, wr16
 
 
@@ -46,7 +46,7 @@ def arp_input(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
             continue
         rx = meta[M_RX, i]
         if live:  # the control plane learns the requester from a copy (RFC 826 merge)
-            s = alloc_slot(meta, nalloc, meta[M_ORIG, i], rx)
+            s = alloc_slot(meta, nalloc, i, rx)
             if s >= 0:
                 n = meta[M_LEN, i]
                 for b in range(n):

@@ -40,7 +40,15 @@ from vecroute.graph.state import (
     DataPlaneState,
 )
 from vecroute.graph.tcp_reset import tcp_reset
-from vecroute.graph.trace import TR_DIRTY, TR_LEFT, TR_NODE, trace_begin, trace_record, trace_select
+from vecroute.graph.trace import (
+    TR_DIRTY,
+    TR_LEFT,
+    TR_NODE,
+    trace_begin,
+    trace_record,
+    trace_record_fw,
+    trace_select,
+)
 from vecroute.packet.batch import M_NEXT, PacketBatch
 
 
@@ -169,9 +177,9 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
             node_stats[node, NS_CLOCKS] += np.int64(t1 - t0)
             if trace[TR_DIRTY] != 0:
                 if node == N.FW_IN or node == N.FW_OUT:
-                    trace_record(work, k, buf, meta, dp, node, now, fwv)
+                    trace_record_fw(work, k, buf, meta, dp, node, now, fw, fwv)
                 else:
-                    trace_record(work, k, buf, meta, dp, node, now, None)
+                    trace_record(work, k, buf, meta, dp, node, now)
 
 
 class Graph:

@@ -44,14 +44,18 @@ from vecroute.packet.batch import (
 
 
 @njit(cache=True)
-def _default_only(work, k, buf, meta, frames, frame_n, fw, now, direction) -> None:
+def _default_only(work, k, buf, meta, frames, frame_n, fw, fwv, now, direction) -> None:
     """No rule but the default one applies in this direction: what classifying would do
-    (count the default rule, apply its action) without the keys and the class lookups."""
+    (count the default rule, apply its action, fill the verdict rows a packet trace
+    reads) without the keys and the class lookups."""
     dflt = fw.rinfo.shape[0] - 1
     allow = fw.rinfo[dflt, RI_ACT] == A_ALLOW
     nbytes = np.int64(0)
     for j in range(k):
         i = work[j]
+        fwv[0, j] = V_PASS if allow else V_DROP
+        fwv[1, j] = dflt
+        fwv[2, j] = 0
         l3 = meta[M_L3, i]
         nbytes += meta[M_OFF, i] + meta[M_LEN, i] - l3
         ip6 = (buf[l3] >> 4) == 6
@@ -73,7 +77,7 @@ def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, directio
     if fw is None:  # compiled away when the graph has no firewall
         return
     if dp.opts[OPT_FW] & (FW_TRIVIAL_IN << direction):
-        _default_only(work, k, buf, meta, frames, frame_n, fw, now, direction)
+        _default_only(work, k, buf, meta, frames, frame_n, fw, fwv, now, direction)
         return
     extract_keys(buf, meta, work, k, fwk)
     if direction != DIR_IN:

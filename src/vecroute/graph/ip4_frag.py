@@ -32,7 +32,6 @@ from vecroute.packet.batch import (
     M_LEN,
     M_NEXT,
     M_OFF,
-    M_ORIG,
     M_PROTO,
     M_RX,
     M_SEQ,
@@ -100,7 +99,7 @@ def ip4_frag(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
         ok = True
         reason = C.C_FRAG_NO_BUFFER
         while pos < dlen:
-            s = alloc_slot(meta, nalloc, meta[M_ORIG, i], meta[M_RX, i])
+            s = alloc_slot(meta, nalloc, i, meta[M_RX, i])
             if s < 0:
                 ok = False
                 break

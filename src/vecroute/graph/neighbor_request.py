@@ -24,7 +24,6 @@ from vecroute.packet.batch import (
     M_L3,
     M_LEN,
     M_OFF,
-    M_ORIG,
     M_RX,
     M_SEQ,
     M_TX,
@@ -155,7 +154,7 @@ def neighbor_request(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> No
             hi = np.uint64(0)
             lo = np.uint64(rd32(buf, l3 + 16)) if glean else np.uint64(np.uint32(dp.adj[a, A_NH4]))
         if _may_send(dp, a, ifx, hi, lo, glean, now):
-            s = alloc_slot(meta, nalloc, meta[M_ORIG, i], meta[M_RX, i])
+            s = alloc_slot(meta, nalloc, i, meta[M_RX, i])
             if s < 0:
                 dp.counters[C.C_REQUEST_NO_BUFFER] += 1
             else:

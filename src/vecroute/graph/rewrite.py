@@ -53,7 +53,6 @@ from vecroute.packet.batch import (
     M_LEN,
     M_NEXT,
     M_OFF,
-    M_ORIG,
     M_PROTO,
     M_RX,
     M_SEQ,
@@ -167,7 +166,7 @@ def send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a) -> None:
     rx = meta[M_RX, i]
     l3 = meta[M_L3, i]
     gw = _gateway4(buf, l3, dp.adj, a)
-    s = alloc_slot(meta, nalloc, meta[M_ORIG, i], rx)
+    s = alloc_slot(meta, nalloc, i, rx)
     if s < 0:
         return
     ihl = np.int32(buf[l3] & 15) * 4
@@ -240,7 +239,7 @@ def send_redirect6(buf, meta, frames, frame_n, dp, nalloc, i, a, now) -> None:
     ll = dp.if_ip6[rx, IF6_LL]
     if not take_token(dp.icmp_tb, now):
         return
-    s = alloc_slot(meta, nalloc, meta[M_ORIG, i], rx)
+    s = alloc_slot(meta, nalloc, i, rx)
     if s < 0:
         return
     iplen = meta[M_LEN, i] - (l3 - meta[M_OFF, i])

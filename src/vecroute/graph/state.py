@@ -286,7 +286,11 @@ class DataPlaneState:
         """The first state's tables with every state's counters added up (``ctl show``
         over several workers)."""
         first = states[0]
-        total = first.with_runtime(None)
+        # the others are only read: share them (a copy of the runtime would copy the
+        # reassembly buffers and the trace records, megabytes, for every `show`)
+        kw = {name: getattr(first, name) for name in ROLES}
+        kw.update({f: getattr(first, f).copy() for f in COUNTER_FIELDS})
+        total = DataPlaneState(**kw)
         for f in COUNTER_FIELDS:
             acc = getattr(total, f)
             for st in states[1:]:

@@ -19,7 +19,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from vecroute.firewall.classifier import RI_NUM
 from vecroute.packet.batch import M_L3, M_LEN, M_OFF, M_TRACE, N_META
+from vecroute.packet.intrinsics import memcpy
 
 TRACE_RECORDS = 8192  # records per worker (about 1000 packets of 5-8 nodes)
 TRACE_SNAP = 256  # frame bytes kept per record (an SRv6 encapsulation with 6 SIDs fits)
@@ -49,8 +51,8 @@ R_ID = 0  # the packet's trace id
 R_KIND = 1  # K_SEEN (its state when selected, before the node) or K_AFTER (after a node)
 R_NODE = 2
 R_SLOT = 3
-R_FW_VERDICT = 4  # fw-in / fw-out: the classifier's verdict, rule row and aux (else -1)
-R_FW_RULE = 5
+R_FW_VERDICT = 4  # fw-in / fw-out: the classifier's verdict, rule number and aux (else -1)
+R_FW_RULE = 5  # the number, read when the packet passed (rows shift when rules change)
 R_FW_AUX = 6
 R_CAPLEN = 7  # bytes kept in trace_snap
 R_META = 8  # the packet's metadata column (N_META words)
@@ -176,8 +178,7 @@ def _record(buf, meta, i, dp, kind, node, now, v0, v1, v2) -> bool:
     n = min(np.int64(meta[M_LEN, i]), np.int64(snap.shape[0]))
     lim = np.int64(buf.shape[0]) - off
     n = max(min(n, lim), 0)
-    for j in range(n):
-        snap[j] = buf[off + j]
+    memcpy(snap, 0, buf, off, n)
     row[R_CAPLEN] = n
     dp.trace_time[r] = now
     tc[TR_NREC] = r + 1
@@ -214,14 +215,25 @@ def trace_select(work, k, buf, meta, dp, node, now) -> None:
 
 
 @njit(cache=True)
-def trace_record(work, k, buf, meta, dp, node, now, fwv) -> None:
-    """After ``node`` ran: record each traced packet of its input (fwv: the firewall's
-    verdict rows for fw-in/fw-out, None otherwise)."""
+def trace_record(work, k, buf, meta, dp, node, now) -> None:
+    """After ``node`` ran: record each traced packet of its input."""
+    for j in range(k):
+        i = work[j]
+        if meta[M_TRACE, i] != 0:
+            _record(buf, meta, i, dp, K_AFTER, node, now, -1, -1, -1)
+
+
+@njit(cache=True)
+def trace_record_fw(work, k, buf, meta, dp, node, now, fw, fwv) -> None:
+    """After fw-in / fw-out: also the verdict, the deciding rule's number and aux of each
+    traced packet (the verdict rows are indexed like the node's input)."""
+    if fw is None:
+        return
+    rinfo = fw.rinfo
     for j in range(k):
         i = work[j]
         if meta[M_TRACE, i] == 0:
             continue
-        if fwv is not None:
-            _record(buf, meta, i, dp, K_AFTER, node, now, fwv[0, j], fwv[1, j], fwv[2, j])
-        else:
-            _record(buf, meta, i, dp, K_AFTER, node, now, -1, -1, -1)
+        r = fwv[1, j]
+        num = rinfo[r, RI_NUM] if 0 <= r < rinfo.shape[0] else -1
+        _record(buf, meta, i, dp, K_AFTER, node, now, fwv[0, j], num, fwv[2, j])

@@ -20,6 +20,7 @@ from numba import njit
 from vecroute.graph.node_ids import DONE_DROP
 from vecroute.io.channel import REC_BYTES, ring_publish, ring_slot
 from vecroute.packet.batch import M_ERR, M_LEN, M_NEXT, M_OFF, M_RX, M_TX
+from vecroute.packet.intrinsics import memcpy
 
 CAPTURE_RING = 4096  # records per worker (8 MiB of shared memory, mapped when touched)
 
@@ -71,9 +72,7 @@ def _put(cfg, ctl, hdr, data, buf, meta, i, ifx, direction, reason, ts) -> None:
     h[CR_LEN] = ln
     h[CR_REASON] = reason
     h[CR_TS] = ts
-    d = data[k]
-    for j in range(n):
-        d[j] = buf[off + j]
+    memcpy(data[k], 0, buf, off, n)
     ring_publish(ctl)
     cfg[CP_LEFT] -= 1
     cfg[CP_TAKEN] += 1

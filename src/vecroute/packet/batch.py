@@ -153,15 +153,16 @@ def load_frames(buf, meta, ts, data, offsets, lengths, ts_ns, rx_if, start, coun
 
 
 @njit(cache=True)
-def alloc_slot(meta: np.ndarray, nalloc: np.ndarray, orig: int, rx: int) -> int:
-    """Take a spare slot for a generated packet; -1 when the batch is full."""
+def alloc_slot(meta: np.ndarray, nalloc: np.ndarray, parent: int, rx: int) -> int:
+    """Take a spare slot for a packet generated from packet ``parent``; -1 when the batch
+    is full. It takes the parent's origin (M_ORIG) and trace id."""
     i = nalloc[0]
     if i >= meta.shape[1]:
         return -1
     nalloc[0] = i + 1
     reset_slot(meta, i, rx, 0)
-    meta[M_ORIG, i] = orig
-    meta[M_TRACE, i] = meta[M_TRACE, orig]
+    meta[M_ORIG, i] = meta[M_ORIG, parent]
+    meta[M_TRACE, i] = meta[M_TRACE, parent]
     meta[M_FLAGS, i] = F_LOCAL_ORIGIN
     meta[M_NEXT, i] = FREE  # until a node enqueues it
     return i
