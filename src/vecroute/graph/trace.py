@@ -9,9 +9,8 @@ record keeps the packet's metadata after the node and the first ``TRACE_SNAP`` b
 its frame. The control plane decodes the records (control/trace.py).
 
 When nothing is armed or traced the dispatcher pays two word loads per node call, none
-per packet. Memory is fixed: ``TRACE_RECORDS`` records per worker (zeros until used: the pages
-are mapped lazily); a record that does not
-fit is counted in ``TR_LOST`` and the trace ends there.
+per packet. Memory is fixed: ``TRACE_RECORDS`` records per worker (~3.3 MB); a record
+that does not fit is counted in ``TR_LOST`` and the trace ends there.
 """
 
 from __future__ import annotations
