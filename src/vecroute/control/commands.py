@@ -74,6 +74,8 @@ class RouterControl(Protocol):
 
     def pcap_status(self) -> dict | None: ...
 
+    def linux_cp_view(self) -> dict: ...  # ValueError when linux-cp is off
+
 
 @dataclass
 class Reply:
@@ -200,6 +202,17 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
         return _trace(r, ["trace", "show", *argv[2:]])
     if what == "pcap":
         return _pcap(r, ["pcap", "show", *argv[2:]])
+    if what in ("linux-cp", "lcp"):
+        try:
+            view = r.linux_cp_view()
+        except ValueError as e:
+            raise CommandError(str(e)) from None
+        text = _render("linux-cp mirrors", view["pairs"])
+        sync = view["sync"]
+        if sync is not None:
+            text += _render("netlink sync", [{"what": k, "value": str(v)}
+                                             for k, v in sync.items()])
+        return Reply(view, text)
     if what == "workers":
         rows = r.worker_rows()
         return Reply(rows, _render("Workers", rows))
@@ -213,7 +226,7 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
         )
     raise CommandError(
         f"show {_shown(what)}: expected interfaces | routes | neighbors | runtime | errors"
-        " | workers | trace | pcap"
+        " | workers | trace | pcap | linux-cp"
     )
 
 

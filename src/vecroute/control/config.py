@@ -81,6 +81,7 @@ class InterfaceConfig:
     mtu: int = 1500
     table: int = 0
     redirects: bool = True
+    host_if: str | None = None  # linux-cp: the name of its Linux mirror (a TAP)
 
 
 @dataclass
@@ -220,6 +221,17 @@ def parse_listen(text: Any) -> tuple[str, int]:
     return str(addr), int(port)
 
 
+@dataclass
+class LinuxCpConfig:
+    """``[linux_cp]``: Linux is the control plane; each port with ``host_if`` gets a TAP
+    mirror there (docs/linux-cp.md)."""
+
+    netns: str | None = None  # the mirrors' network namespace (None: vecroute's own)
+    punt_rate: int = 20000  # frames per second and port to the mirror
+    punt_burst: int = 2000
+    sync: bool = True  # mirror the kernel's routes, addresses, neighbours over netlink
+
+
 DEFAULT_CAPTURE_DIR = "/var/lib/vecroute/capture"
 
 
@@ -245,6 +257,7 @@ class Config:
     firewall: Any = None  # a vecroute.firewall.config.FirewallConfig; None: no firewall
     metrics: MetricsConfig | None = None  # None: no [metrics] section, no exporter
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    linux_cp: LinuxCpConfig | None = None  # None: no [linux_cp] section
 
     def interface_index(self, name: str) -> int:
         for i, itf in enumerate(self.interfaces):
@@ -342,14 +355,14 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         "<top>",
         data,
         {"interfaces", "routes", "neighbors", "neighbor_table", "icmp", "router", "control",
-         "firewall", "srv6", "metrics", "capture"},
+         "firewall", "srv6", "metrics", "capture", "linux_cp"},
     )
     _ = top
     interfaces: list[InterfaceConfig] = []
     names: set[str] = set()
     for n, t in enumerate(_section_list(path, data, "interfaces")):
         r = _Reader(path, f"interfaces[{n}]", t,
-                    {"name", "mac", "addresses", "mtu", "table", "redirects"})
+                    {"name", "mac", "addresses", "mtu", "table", "redirects", "host_if"})
         name = r.get("name", str, required=True)
         if not valid_ifname(name):
             raise r.err("name", f"{name!r} is not a valid interface name (1-15 printable "
@@ -372,12 +385,21 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         mtu = r.int_range("mtu", 1500, 68, 9000)
         if any(a.version == 6 for a in addrs) and mtu < 1280:
             raise r.err("mtu", f"{mtu} is below the IPv6 minimum of 1280 on an IPv6 interface")
+        host_if = r.get("host_if", str, None)
+        if host_if is not None and not valid_ifname(host_if):
+            raise r.err("host_if", f"{host_if!r} is not a valid interface name (1-15 printable"
+                        " ASCII characters, not . or .., no /, : or white space)")
         interfaces.append(
             InterfaceConfig(name, mac, addrs, mtu, r.int_range("table", 0, 0, 2**32 - 1),
-                            r.get("redirects", bool, True))
+                            r.get("redirects", bool, True), host_if)
         )
     if not interfaces:
         raise ConfigError(f"{path}: interfaces: at least one [[interfaces]] is required")
+    mirrors = [i.host_if for i in interfaces if i.host_if]
+    for n, itf in enumerate(interfaces):
+        if itf.host_if and (mirrors.count(itf.host_if) > 1 or itf.host_if in names):
+            raise ConfigError(f"{path}: interfaces[{n}].host_if: {itf.host_if!r} names another"
+                              " interface or mirror (each mirror is a new interface of its own)")
 
     routes: list[RouteConfig] = []
     for n, t in enumerate(_section_list(path, data, "routes")):
@@ -478,6 +500,24 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
             raise r.err("directory", "expected an absolute path, no NUL")
         capture = CaptureConfig(d, r.int_range("max_bytes", CaptureConfig.max_bytes, 4096,
                                                2**40))
+    linux_cp = None
+    if "linux_cp" in data:
+        r = _Reader(path, "linux_cp", data["linux_cp"], {"netns", "punt_rate", "punt_burst",
+                                                         "sync"})
+        ns = r.get("netns", str, None)
+        if ns is not None and not (0 < len(ns) <= 64 and ns.isascii() and ns.isprintable()
+                                   and "/" not in ns and ns not in (".", "..")):
+            raise r.err("netns", f"{ns[:40]!r}: expected a network namespace name (1-64 "
+                        "printable ASCII characters, no /)")
+        linux_cp = LinuxCpConfig(ns, r.int_range("punt_rate", 20000, 1, 10**7),
+                                 r.int_range("punt_burst", 2000, 1, 10**6),
+                                 r.get("sync", bool, True))
+        if not any(i.host_if for i in interfaces):
+            raise r.err("netns" if ns else "sync", "[linux_cp] needs at least one "
+                        "[[interfaces]] with host_if")
+    elif any(i.host_if for i in interfaces):
+        n = next(k for k, i in enumerate(interfaces) if i.host_if)
+        raise ConfigError(f"{path}: interfaces[{n}].host_if: needs a [linux_cp] section")
     firewall = None
     if "firewall" in data:
         from vecroute.firewall.config import parse_firewall_config  # (it imports this module)
@@ -487,7 +527,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         firewall.check_interfaces([i.name for i in interfaces])
     settings = _neighbor_settings(path, data.get("neighbor_table", {}))
     return Config(path, interfaces, routes, neighbors, settings, icmp, router, control, data,
-                  firewall, metrics, capture)
+                  firewall, metrics, capture, linux_cp)
 
 
 def load_config(path: str | Path) -> Config:

@@ -78,6 +78,8 @@ def decode_punts(worker: int, records: list) -> list[tuple]:
             out.append(("arp", rx, data))
         elif reason == C.C_ND_PUNT:
             out.append(("nd", rx, data))
+        elif reason == C.C_HOST_PUNT:  # linux-cp: for the port's mirror, as received
+            out.append(("host", rx, data))
         elif reason == C.C_NEIGHBOR_QUEUED:
             flags = int(h[PH_FLAGS])
             pkt = Pending(worker, rx, 6 if flags & F_IP6 else 4, data, int(h[PH_FIB]), flags)

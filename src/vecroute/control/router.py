@@ -41,6 +41,7 @@ from vecroute.control.capture import (
     start_capture,
 )
 from vecroute.control.config import Config, ConfigError, load_config
+from vecroute.control.linux_cp import LinuxCp, LinuxCpError
 from vecroute.control.metrics_http import MetricsServer, bind_listener
 from vecroute.control.neighbors import NeighborTable
 from vecroute.control.ports import PortError, Ports
@@ -216,6 +217,15 @@ class LiveRouter:
             raise StartupError(str(e)) from None
         if self.ports is not None:
             self.ports.prepare()  # the tables are built: from here on, the ports are ours
+        self.lcp: LinuxCp | None = None
+        self.sync = None  # the kernel's tables, followed over netlink (linux-cp)
+        if cfg.linux_cp is not None:
+            try:
+                self.lcp = LinuxCp(cfg, self.macs)
+            except LinuxCpError as e:
+                raise StartupError(str(e)) from None
+        punt_rates = ({"host": (cfg.linux_cp.punt_rate, cfg.linux_cp.punt_burst)}
+                      if cfg.linux_cp is not None else None)
         self.neigh = NeighborTable(self.fib, self._send_frame, self._reinject,
                                    cfg.neighbor_table)
         self.n_workers = cfg.router.workers
@@ -231,8 +241,10 @@ class LiveRouter:
             self.workers.append(DataPlaneWorker(
                 k, socks, tables.with_runtime(None), cfg.router.vector_size, firewalls[k],
                 policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
+                punt_rates=punt_rates,
             ))
         self.capture: CaptureSession | None = None
+        self._wake_pending = False
         self._capture_timer: asyncio.TimerHandle | None = None
         self.server = ControlServer(cfg.control.socket, self)
         if self._metrics_sock is not None:
@@ -540,6 +552,8 @@ class LiveRouter:
             self.loop.call_soon(self._drain, w)
 
     def _handle_punts(self, punts: list[tuple], now: int) -> None:
+        if self.lcp is not None:
+            self.lcp.to_linux(punts)  # host punts, and copies of ARP / ND
         self.neigh.handle_punts(punts, now)
         if self.neigh.changed:
             self.commit()
@@ -563,8 +577,10 @@ class LiveRouter:
         cfg = load_config(path)
         if [i.name for i in cfg.interfaces] != [i.name for i in self.cfg.interfaces]:
             raise ConfigError(f"{path}: interfaces changed; restart to apply")
-        # the workers and the sockets are made once
-        for section in ("router", "control", "metrics"):
+        if [i.host_if for i in cfg.interfaces] != [i.host_if for i in self.cfg.interfaces]:
+            raise ConfigError(f"{path}: host_if (linux-cp mirrors) changed; restart to apply")
+        # the workers, the sockets and the mirrors are made once
+        for section in ("router", "control", "metrics", "linux_cp"):
             if getattr(cfg, section) != getattr(self.cfg, section):
                 log.warning("reload: [%s] changed in %s; it takes effect at restart",
                             section, path)
@@ -595,6 +611,8 @@ class LiveRouter:
                     cfg, fib, firewalls = await _in_daemon_thread(self._build, self.config_path)
                     big = len(fib.routes) >= FREEZE_ROUTES
                     self._install(cfg, fib, firewalls)
+                    if self.sync is not None:  # the kernel's routes into the new FIB
+                        self.sync.resync()
                     self.reloads["ok"] += 1
                     self.last_reload_ok = time.time()
                 except (ConfigError, RouteError, OSError) as e:
@@ -656,6 +674,14 @@ class LiveRouter:
             for w in self.workers:
                 w.on_exit = lambda w: loop.call_soon_threadsafe(self._worker_exited, w)
                 loop.add_reader(w.punt_fd, self._drain, w)
+            if self.lcp is not None:
+                self.lcp.start(loop, self._from_linux)
+                if self.cfg.linux_cp.sync:
+                    from vecroute.control.linux_nl import KernelSync
+
+                    self.sync = KernelSync(self, self.cfg.linux_cp.netns,
+                                           self.lcp.kernel_ifindexes())
+                    self.sync.start(loop)
                 w.start()
             loop.run_until_complete(self.server.start())
             if self.metrics is not None:
@@ -689,6 +715,28 @@ class LiveRouter:
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
 
+    def _from_linux(self, port: int, frame: bytes) -> bool:
+        """A frame Linux sent on a mirror: out by the paired port, as it is (worker 0;
+        woken once per event-loop turn)."""
+        w = self.workers[0]
+        if not inject_frame(w.inject, port, frame):
+            return False
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.loop.call_soon(self._wake_worker0)
+        return True
+
+    def _wake_worker0(self) -> None:
+        self._wake_pending = False
+        self.workers[0].wake()
+
+    def linux_cp_view(self) -> dict:
+        """``show linux-cp``: the mirrors and their counters, the netlink sync's state."""
+        if self.lcp is None:
+            raise ValueError("linux-cp is off: the configuration has no [linux_cp] section")
+        return {"netns": self.cfg.linux_cp.netns or "", "pairs": self.lcp.rows(),
+                "sync": self.sync.stats() if self.sync is not None else None}
+
     def _worker_exited(self, w: DataPlaneWorker) -> None:
         if self.stop:
             return
@@ -719,6 +767,10 @@ class LiveRouter:
                 w.close()
         if getattr(self, "capture", None) is not None:
             self._capture_stop()
+        if getattr(self, "sync", None) is not None:
+            self.sync.close()
+        if getattr(self, "lcp", None) is not None:
+            self.lcp.close(loop)
         if self.server is not None:
             self.server.close()
         if self.metrics is not None:

@@ -23,6 +23,7 @@ from vecroute.graph.state import (
     ADJ_REPLY,
     I_FIB4,
     I_FIB6,
+    I_HOST,
     I_IP4,
     I_IP4_MASK,
     I_MTU,
@@ -68,6 +69,7 @@ class Interface:
     table: int
     addresses: list = field(default_factory=list)  # IPv4Interface / IPv6Interface
     redirects: bool = True  # send ICMP / ND redirects (Linux send_redirects = 1)
+    host: bool = False  # a Linux mirror takes what the router does not answer (linux-cp)
 
     @property
     def link_local(self) -> ipaddress.IPv6Address:
@@ -120,7 +122,7 @@ class Fib:
                     f"(replay has no device to read it from)"
                 )
             fib.add_interface(Interface(itf.name, mac, itf.mtu, itf.table, list(itf.addresses),
-                                        itf.redirects))
+                                        itf.redirects, itf.host_if is not None))
         for n, nb in enumerate(cfg.neighbors):
             try:
                 fib.add_neighbor(nb.ip, nb.mac, nb.interface)
@@ -395,6 +397,7 @@ class Fib:
             ifc[i, I_UP] = 1
             ifc[i, I_REPLY_ADJ] = self.adjs.index[AdjKey(ADJ_REPLY, i)]
             ifc[i, I_REDIRECTS] = int(itf.redirects)
+            ifc[i, I_HOST] = int(itf.host)
             v4 = [a for a in itf.addresses if a.version == 4]
             v6 = [a for a in itf.addresses if a.version == 6 and not a.ip.is_link_local]
             if v4:

@@ -281,6 +281,13 @@ COUNTERS: tuple[Counter, ...] = (
     # generic
     Counter("punt", "punt", "event", "packet handed to the control plane"),
     Counter(
+        "host-punt",
+        "punt",
+        "event",
+        "packet for the port's Linux mirror (linux-cp): to the router and not answered by it,"
+        " link-scope multicast, fragments to the router",
+    ),
+    Counter(
         "punt-policed",
         "punt",
         "drop",
@@ -387,6 +394,7 @@ C_ICMP_ERROR_SUPPRESSED = _c("icmp-error-suppressed")
 C_ICMP_RATE_LIMITED = _c("icmp-rate-limited")
 C_ICMP_ERROR_NO_ROUTE = _c("icmp-error-no-route")
 C_PUNT = _c("punt")
+C_HOST_PUNT = _c("host-punt")
 C_PUNT_POLICED = _c("punt-policed")
 C_PUNT_QUEUE_FULL = _c("punt-queue-full")
 C_PUNT_MALFORMED = _c("punt-malformed")

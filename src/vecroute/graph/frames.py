@@ -3,8 +3,10 @@
 import numpy as np
 from numba import njit
 
-from vecroute.graph.node_ids import ERROR_DROP, ICMP4_ERROR, ICMP6_ERROR
-from vecroute.packet.batch import M_AUX, M_AUX2, M_ERR, M_NEXT
+from vecroute.graph.counters import C_HOST_PUNT
+from vecroute.graph.node_ids import ERROR_DROP, ICMP4_ERROR, ICMP6_ERROR, PUNT
+from vecroute.graph.state import IFS_PUNTS
+from vecroute.packet.batch import M_AUX, M_AUX2, M_ERR, M_NEXT, M_RX
 
 
 @njit(cache=True, inline="always")
@@ -29,3 +31,18 @@ def icmp_error(frames, frame_n, meta, i, ip6, reason, icmp_type, icmp_code, para
     meta[M_AUX, i] = (icmp_type << 8) | icmp_code
     meta[M_AUX2, i] = param
     enqueue(frames, frame_n, meta, ICMP6_ERROR if ip6 else ICMP4_ERROR, i)
+
+
+@njit(cache=True, inline="always")
+def punt(frames, frame_n, meta, dp, i, reason) -> None:
+    """Hand packet i to the control plane through the punt ring, ``reason`` a counter id
+    (the punt node counts it)."""
+    meta[M_ERR, i] = reason
+    dp.if_stats[meta[M_RX, i], IFS_PUNTS] += 1
+    enqueue(frames, frame_n, meta, PUNT, i)
+
+
+@njit(cache=True, inline="always")
+def host_punt(frames, frame_n, meta, dp, i) -> None:
+    """Hand packet i, its whole frame, to its port's Linux mirror (linux-cp)."""
+    punt(frames, frame_n, meta, dp, i, C_HOST_PUNT)

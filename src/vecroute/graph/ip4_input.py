@@ -9,9 +9,9 @@ import numpy as np
 from numba import njit
 
 from vecroute.graph import counters as C
-from vecroute.graph.frames import drop, enqueue
+from vecroute.graph.frames import drop, enqueue, host_punt
 from vecroute.graph.node_ids import FW_IN, IP4_LOCAL, IP4_LOOKUP
-from vecroute.graph.state import FW_RUN_IN, OPT_FW
+from vecroute.graph.state import FW_RUN_IN, I_HOST, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
@@ -23,6 +23,7 @@ from vecroute.packet.batch import (
     M_LEN,
     M_OFF,
     M_PROTO,
+    M_RX,
 )
 from vecroute.packet.checksum import fold, sum_bytes
 from vecroute.packet.headers import IP4_HLEN, PROTO_ICMP, rd16, rd32
@@ -102,6 +103,9 @@ def ip4_input(work, k, buf, meta, frames, frame_n, dp) -> None:
         if dst == np.uint32(0xFFFFFFFF):
             enqueue(frames, frame_n, meta, IP4_LOCAL, i)  # limited broadcast: never routed
         elif (dst >> np.uint32(28)) == 14:
-            drop(frames, frame_n, meta, i, C.C_IP4_DST_MULTICAST)
+            if (dst >> np.uint32(8)) == np.uint32(0xE00000) and dp.ifc[meta[M_RX, i], I_HOST]:
+                host_punt(frames, frame_n, meta, dp, i)  # 224.0.0.0/24: OSPF, VRRP, ...
+            else:
+                drop(frames, frame_n, meta, i, C.C_IP4_DST_MULTICAST)
         else:
             enqueue(frames, frame_n, meta, routed, i)

@@ -11,9 +11,9 @@ import numpy as np
 from numba import njit
 
 from vecroute.graph import counters as C
-from vecroute.graph.frames import drop, enqueue, icmp_error
+from vecroute.graph.frames import drop, enqueue, host_punt, icmp_error
 from vecroute.graph.node_ids import FW_IN, IP6_LOCAL, IP6_LOOKUP
-from vecroute.graph.state import FW_RUN_IN, IF6_LL, OPT_FW
+from vecroute.graph.state import FW_RUN_IN, I_HOST, IF6_LL, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
@@ -234,6 +234,8 @@ def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
         if d0 == 0xFF:
             if _wanted_multicast(dp, rx, buf, l3):
                 enqueue(frames, frame_n, meta, IP6_LOCAL, i)
+            elif dp.ifc[rx, I_HOST] and (buf[l3 + 25] & 0x0F) == 2:
+                host_punt(frames, frame_n, meta, dp, i)  # link scope: OSPFv3, MLD, …
             else:
                 drop(frames, frame_n, meta, i, C.C_IP6_DST_MULTICAST)
         elif d0 == 0xFE and (buf[l3 + 25] & 0xC0) == 0x80:

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from vecroute.graph import counters as C
-from vecroute.graph.frames import drop, enqueue, icmp_error
+from vecroute.graph.frames import drop, enqueue, host_punt, icmp_error, punt
 from vecroute.graph.icmp_error import answer_on_link
 from vecroute.graph.ip4_input import is_link_local4
 from vecroute.graph.ip6_input import OPT_OK, option_verdict, scan_options
@@ -25,16 +25,15 @@ from vecroute.graph.node_ids import (
     IP4_REASS,
     IP6_LOOKUP,
     IP6_REASS,
-    PUNT,
     TCP_RESET,
 )
 from vecroute.graph.state import (
     A_NH4,
     A_TYPE,
     ADJ_LOCAL,
+    I_HOST,
     IF6_GLOBAL,
     IF6_LL,
-    IFS_PUNTS,
     LOCAL_ANYCAST,
 )
 from vecroute.packet.batch import (
@@ -93,13 +92,6 @@ TCP_HLEN = 20
 
 
 @njit(cache=True, inline="always")
-def punt(frames, frame_n, meta, dp, i, reason) -> None:
-    meta[M_ERR, i] = reason
-    dp.if_stats[meta[M_RX, i], IFS_PUNTS] += 1
-    enqueue(frames, frame_n, meta, PUNT, i)
-
-
-@njit(cache=True, inline="always")
 def _l4_sum_ok(buf, l3, l4, n, proto, ip6) -> bool:
     """The upper-layer checksum over n bytes from l4 verifies (pseudo header included)."""
     acc = pseudo_header6(buf, l3, proto, n) if ip6 else pseudo_header4(buf, l3, proto, n)
@@ -151,18 +143,33 @@ def _route_reply(frames, frame_n, meta, buf, dp, i, ll, lookup) -> None:
     enqueue(frames, frame_n, meta, lookup, i)
 
 
+@njit(cache=True, inline="always")
+def _for_linux4(meta, buf, i, l4, end, proto) -> bool:
+    """On a port with a Linux mirror, Linux takes all but the echo requests the router
+    answers itself: TCP/UDP (BGP, …), other protocols and ICMP types, limited broadcasts
+    and fragments (Linux reassembles them)."""
+    if meta[M_FLAGS, i] & F_FRAG or proto != PROTO_ICMP:
+        return True
+    return l4 + 8 > end or buf[l4] != ICMP4_ECHO_REQUEST or rd32(buf, meta[M_L3, i] + 16) == \
+        np.uint32(0xFFFFFFFF)
+
+
 @njit(cache=True)
 def ip4_local(work, k, buf, meta, frames, frame_n, dp) -> None:
     for j in range(k):
         i = work[j]
-        if meta[M_FLAGS, i] & F_FRAG:  # reassembled first (graph/ip_reass.py)
-            enqueue(frames, frame_n, meta, IP4_REASS, i)
-            continue
+        host = dp.ifc[meta[M_RX, i], I_HOST] != 0
         l3 = meta[M_L3, i]
         l4 = meta[M_L4, i]
         end = meta[M_OFF, i] + meta[M_LEN, i]
-        dst = rd32(buf, l3 + 16)
         proto = meta[M_PROTO, i]
+        if host and _for_linux4(meta, buf, i, l4, end, proto):
+            host_punt(frames, frame_n, meta, dp, i)
+            continue
+        if meta[M_FLAGS, i] & F_FRAG:  # reassembled first (graph/ip_reass.py)
+            enqueue(frames, frame_n, meta, IP4_REASS, i)
+            continue
+        dst = rd32(buf, l3 + 16)
         if dst == np.uint32(0xFFFFFFFF):
             drop(frames, frame_n, meta, i, C.C_LOCAL_UNHANDLED)
             continue
@@ -198,16 +205,29 @@ def ip4_local(work, k, buf, meta, frames, frame_n, dp) -> None:
         _route_reply(frames, frame_n, meta, buf, dp, i, ll, IP4_LOOKUP)
 
 
+@njit(cache=True, inline="always")
+def _for_linux6(meta, buf, i, l4, end) -> bool:
+    """On a port with a Linux mirror, Linux takes all but what the router answers itself:
+    echo requests and neighbour discovery (which the control plane copies to Linux)."""
+    if meta[M_FLAGS, i] & F_FRAG or meta[M_PROTO, i] != PROTO_ICMPV6 or l4 + 8 > end:
+        return True
+    t = buf[l4]
+    return t != ICMP6_ECHO_REQUEST and not (t >= 133 and t <= 137)
+
+
 @njit(cache=True)
 def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
     for j in range(k):
         i = work[j]
-        if meta[M_FLAGS, i] & F_FRAG:  # reassembled first (graph/ip_reass.py)
-            enqueue(frames, frame_n, meta, IP6_REASS, i)
-            continue
         l3 = meta[M_L3, i]
         l4 = meta[M_L4, i]
         end = meta[M_OFF, i] + meta[M_LEN, i]
+        if dp.ifc[meta[M_RX, i], I_HOST] and _for_linux6(meta, buf, i, l4, end):
+            host_punt(frames, frame_n, meta, dp, i)
+            continue
+        if meta[M_FLAGS, i] & F_FRAG:  # reassembled first (graph/ip_reass.py)
+            enqueue(frames, frame_n, meta, IP6_REASS, i)
+            continue
         # the extension headers ip6-input validated: they are for us now
         nh = np.int32(buf[l3 + 6])
         nh_at = l3 + 6  # where the next header field naming the upper layer is

@@ -27,7 +27,9 @@ I_UP = 4
 I_REPLY_ADJ = 5  # the interface's reply adjacency (answers to link-local sources)
 I_REDIRECTS = 6  # 1: send ICMP / ND redirects from this interface
 I_IP4_MASK = 7  # netmask of the primary ip4 address (as int32 bits)
-IF_COLS = 8
+I_HOST = 8  # 1: the port has a Linux mirror (linux-cp): what the router does not answer
+            # itself goes to Linux (host-punt) instead of an ICMP error or RST
+IF_COLS = 9
 IF6_LL = 0  # if_ip6[i, 0] link-local address
 IF6_GLOBAL = 1  # if_ip6[i, 1] primary global address (zeros if none)
 IF6_OTHER = 2  # if_ip6[i, 2:] the interface's other IPv6 addresses (zeros past the last)

@@ -66,6 +66,7 @@ from vecroute.packet.batch import (
     reset_slot,
 )
 from vecroute.packet.headers import rd32
+from vecroute.packet.intrinsics import memcpy
 
 REC_BYTES = 2048
 INJECT_MAX = SLOT - HEADROOM - 16  # the most an injected record may hold (2032 bytes)
@@ -109,13 +110,16 @@ IH_COLS = 9
 P_ARP = 0
 P_ND = 1
 P_PENDING = 2
+P_HOST = 3  # linux-cp: frames for the port's Linux mirror (per port only: a BGP session
+            # is one source sending fast, a per-source bucket would throttle it)
 POLICE_PORTS = 64  # ports beyond share the last row
-POLICE_REASONS = 3 * POLICE_PORTS
+POLICE_REASONS = 4 * POLICE_PORTS
 POLICE_KEYS = 1024
 POLICE_ROWS = POLICE_REASONS + POLICE_KEYS
 #: defaults (rate per second, burst): per reason, then per destination (Linux queues
 #: unres_qlen = 101 packets per unresolved neighbour; VPP's punt policer works per reason)
-PUNT_RATES = {"arp": (2000, 512), "nd": (2000, 512), "pending": (2000, 512)}
+PUNT_RATES = {"arp": (2000, 512), "nd": (2000, 512), "pending": (2000, 512),
+              "host": (20000, 2000)}
 PUNT_KEY_RATE = (100, 128)
 
 
@@ -178,7 +182,7 @@ def punt_policer(rates: dict[str, tuple[int, int]] | None = None,
     """Full token buckets: one per reason (``rates``), then POLICE_KEYS per destination."""
     rates = {**PUNT_RATES, **(rates or {})}
     pol = np.zeros((POLICE_ROWS, TB_COLS), np.int64)
-    for row, name in ((P_ARP, "arp"), (P_ND, "nd"), (P_PENDING, "pending")):
+    for row, name in ((P_ARP, "arp"), (P_ND, "nd"), (P_PENDING, "pending"), (P_HOST, "host")):
         rows = slice(row * POLICE_PORTS, (row + 1) * POLICE_PORTS)
         pol[rows, TB_RATE], pol[rows, TB_BURST] = rates[name]
     pol[POLICE_REASONS:, TB_RATE], pol[POLICE_REASONS:, TB_BURST] = key_rate
@@ -271,6 +275,34 @@ def punts_to_ring(buf, meta, nalloc, adj, counters, pol, ctl, hdr, data, now) ->
             row = P_ARP
             k0 = np.int64(rd32(buf, off + 28)) if ln >= 32 else 0  # sender IP
             k1 = np.int64(0)
+        elif reason == C.C_HOST_PUNT:  # the whole frame, as the port received it
+            reason_row = P_HOST * POLICE_PORTS + min(max(rx, 0), POLICE_PORTS - 1)
+            if not has_token(pol[reason_row], now):
+                counters[C.C_PUNT_POLICED] += 1
+                ctl[R_POLICED] += 1
+                continue
+            if ln > INJECT_MAX or ln < 14:
+                counters[C.C_PUNT_MALFORMED] += 1
+                continue
+            k = ring_slot(ctl, cap)
+            if k < 0:
+                counters[C.C_PUNT_QUEUE_FULL] += 1
+                continue
+            pol[reason_row, TB_CREDIT] -= NANO
+            h = hdr[k]
+            h[PH_REASON] = reason
+            h[PH_RX] = rx
+            h[PH_LEN] = ln
+            h[PH_FIB] = meta[M_FIB, i]
+            h[PH_FLAGS] = meta[M_FLAGS, i]
+            h[PH_NH_IF] = -1
+            h[PH_NH_FAMILY] = 0
+            h[PH_NH0] = 0
+            h[PH_NH1] = 0
+            memcpy(data[k], 0, buf, off, ln)
+            ring_publish(ctl)
+            pushed += 1
+            continue
         elif reason == C.C_ND_PUNT:
             row = P_ND
             k0 = (np.int64(rd32(buf, off + 22)) << 32) | np.int64(rd32(buf, off + 26)) \

@@ -1,0 +1,201 @@
+"""linux-cp: Linux as the control plane, vecroute as its forwarding plane (VPP's linux-cp).
+
+Each port with ``host_if`` gets a TAP "mirror" in Linux (in ``[linux_cp] netns`` or
+vecroute's own namespace): the port's MAC and MTU, up, the port's configured addresses.
+Routing daemons (BIRD, FRR) run on the mirrors as if they were the ports:
+
+* **punt** — what the data path does not answer itself (TCP/UDP to the router such as
+  BGP, other protocols and ICMP types, fragments to the router, 224.0.0.0/24 and link-scope
+  IPv6 multicast such as OSPF) arrives here as the port received it (``host-punt``,
+  policed per port) and is written to the mirror; copies of the ARP and ND the control
+  plane gets anyway are written too, so Linux learns its neighbours;
+* **inject** — every frame Linux sends on a mirror leaves by the paired port as Linux
+  built it (an ``INJ_FRAME`` record on worker 0's inject ring, no FIB lookup).
+
+Bounded both ways: a TAP that cannot take a frame (its queue full) drops it, counted;
+reading a mirror takes at most ``READ_BUDGET`` frames per event-loop turn; a full inject
+ring drops, counted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import struct
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vecroute.control.config import Config
+from vecroute.io.channel import INJECT_MAX
+
+log = logging.getLogger("vecroute.linux_cp")
+
+TUNSETIFF = 0x400454CA
+IFF_TAP = 0x0002
+IFF_NO_PI = 0x1000
+IFA_F_NODAD = 0x02
+READ_BUDGET = 256  # frames read from one mirror per event-loop turn
+FRAME_MAX = 65536
+
+
+class LinuxCpError(RuntimeError):
+    """A mirror that cannot be made (one line: which, why)."""
+
+
+@dataclass
+class Mirror:
+    """One port's TAP in Linux and what went through it."""
+
+    port: int
+    port_name: str
+    name: str
+    netns: str | None
+    fd: int = -1
+    ifindex: int = 0  # in its namespace
+    punted: int = 0  # frames written to Linux
+    punt_drops: int = 0  # frames Linux's TAP queue did not take
+    injected: int = 0  # frames Linux sent, handed to the port
+    inject_drops: int = 0  # frames refused: the inject ring was full, or too long
+    stats: dict = field(default_factory=dict)
+
+    def row(self) -> dict:
+        return {"port": self.port_name, "mirror": self.name, "netns": self.netns or "",
+                "ifindex": self.ifindex, "punted": self.punted, "punt_drops": self.punt_drops,
+                "injected": self.injected, "inject_drops": self.inject_drops}
+
+
+def _iproute(netns: str | None):
+    from pyroute2 import IPRoute
+
+    return IPRoute(netns=netns) if netns else IPRoute()
+
+
+def _sysctl(netns: str | None, key: str, value: str) -> None:
+    """Write a sysctl in ``netns`` (or our own namespace)."""
+    if netns is None:
+        with open(f"/proc/sys/{key}", "w") as f:
+            f.write(value)
+        return
+    subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-qw",
+                    f"{key.replace('/', '.')}={value}"], check=True, capture_output=True,
+                   timeout=10)
+
+
+def open_tap(name: str) -> int:
+    """A new TAP device ``name`` (no packet-info header), non-blocking; it exists as long
+    as the descriptor is open."""
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", name.encode(), IFF_TAP | IFF_NO_PI))
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+class LinuxCp:
+    """The mirrors of a router's ports and the frames between them and the ports."""
+
+    def __init__(self, cfg: Config, macs: dict[str, bytes]) -> None:
+        lcp = cfg.linux_cp
+        assert lcp is not None
+        self.netns = lcp.netns
+        self.mirrors: dict[int, Mirror] = {}
+        try:
+            for ifx, itf in enumerate(cfg.interfaces):
+                if itf.host_if:
+                    mac = itf.mac or macs[itf.name]
+                    self.mirrors[ifx] = self._make(ifx, itf, mac)
+        except BaseException:
+            self.close()
+            raise
+
+    def _make(self, ifx: int, itf, mac: bytes) -> Mirror:
+        m = Mirror(ifx, itf.name, itf.host_if, self.netns)
+        try:
+            m.fd = open_tap(itf.host_if)
+        except OSError as e:
+            raise LinuxCpError(f"mirror {itf.host_if} of {itf.name}: {e.strerror or e}"
+                               " (an interface of that name exists?)") from None
+        try:
+            with _iproute(None) as ipr:
+                idx = ipr.link_lookup(ifname=itf.host_if)[0]
+                ipr.link("set", index=idx, address=":".join(f"{b:02x}" for b in mac),
+                         mtu=itf.mtu)
+                if self.netns:
+                    ipr.link("set", index=idx, net_ns_fd=self.netns)
+            # no duplicate address detection on the mirror: its addresses are the port's,
+            # which vecroute answers for (and a tentative address cannot be bound to)
+            _sysctl(self.netns, f"net/ipv6/conf/{itf.host_if}/accept_dad", "0")
+            with _iproute(self.netns) as ipr:
+                idx = ipr.link_lookup(ifname=itf.host_if)[0]
+                ipr.link("set", index=idx, state="up")
+                for a in itf.addresses:
+                    ipr.addr("add", index=idx, address=str(a.ip), prefixlen=a.network.prefixlen,
+                             **({"flags": IFA_F_NODAD} if a.version == 6 else {}))
+                m.ifindex = idx
+        except Exception as e:  # noqa: BLE001 - pyroute2's errors: netns missing, EEXIST…
+            os.close(m.fd)
+            m.fd = -1
+            raise LinuxCpError(f"mirror {itf.host_if} of {itf.name}"
+                               f"{' in netns ' + self.netns if self.netns else ''}: {e}") from None
+        log.info("mirror %s of %s%s: ifindex %d", m.name, itf.name,
+                 f" in netns {self.netns}" if self.netns else "", m.ifindex)
+        return m
+
+    # -- punt: frames for Linux -------------------------------------------------------------
+
+    def to_linux(self, punts: list[tuple]) -> None:
+        """Write what the data path punted for Linux (host punts) and copies of ARP / ND
+        (the control plane handles those too) to the receiving port's mirror."""
+        for p in punts:
+            if p[0] in ("host", "arp", "nd"):
+                m = self.mirrors.get(p[1])
+                if m is not None:
+                    self._write(m, p[2])
+
+    def _write(self, m: Mirror, frame: bytes) -> None:
+        try:
+            os.write(m.fd, frame)
+            m.punted += 1
+        except OSError:  # EAGAIN: its queue (txqueuelen) is full; EIO: it is down
+            m.punt_drops += 1
+
+    # -- inject: frames from Linux ----------------------------------------------------------
+
+    def start(self, loop, send: Callable[[int, bytes], bool]) -> None:
+        """Read the mirrors on ``loop``; ``send(port, frame)`` queues a frame for a port
+        (False when the ring refused it)."""
+        for m in self.mirrors.values():
+            loop.add_reader(m.fd, self._read, m, send)
+
+    def _read(self, m: Mirror, send: Callable[[int, bytes], bool]) -> None:
+        for _ in range(READ_BUDGET):
+            try:
+                frame = os.read(m.fd, FRAME_MAX)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                log.warning("mirror %s: read: %s", m.name, e.strerror or e)
+                return
+            if len(frame) < 14 or len(frame) > INJECT_MAX or not send(m.port, frame):
+                m.inject_drops += 1
+            else:
+                m.injected += 1
+
+    def close(self, loop=None) -> None:
+        for m in self.mirrors.values():
+            if m.fd >= 0:
+                if loop is not None and not loop.is_closed():
+                    loop.remove_reader(m.fd)
+                os.close(m.fd)  # the TAP goes with it
+                m.fd = -1
+
+    def kernel_ifindexes(self) -> dict[int, int]:
+        """{mirror ifindex in its namespace: port index} (what the netlink sync maps)."""
+        return {m.ifindex: m.port for m in self.mirrors.values()}
+
+    def rows(self) -> list[dict]:
+        return [m.row() for m in self.mirrors.values()]

@@ -1,0 +1,139 @@
+"""linux-cp mirrors: what vecroute does not answer reaches Linux on the port's TAP, and what
+Linux sends there leaves by the port. The kernel is both the peer (h1) and the control
+plane on the mirror; its sockets are the oracle.
+
+The lab's router gets a mirror on its first port (``mirror0``, in the router namespace)
+and none on the second, which keeps today's behaviour (a RST, a port unreachable).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vecroute.control.config import ConfigError, parse_config
+from vecroute.io.netns import Lab
+from vecroute.lab import H1_V4, H1_V6, RT0_V4, RT0_V6, RT1_V4, build, start_router
+
+pytestmark = pytest.mark.netns
+
+LCP = '[linux_cp]\nsync = false\n'
+
+
+@pytest.fixture(scope="module")
+def topo(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail("live tests need root (network namespaces): run them as root, as CI does")
+    with Lab("vl") as lab:
+        t = build(lab, tmp_path_factory.mktemp("lcp"), extra_config=LCP)
+        text = t.config.read_text()
+        # the first [[interfaces]] gets the mirror
+        head, sep, rest = text.partition('name = "' + t.ports[0] + '"')
+        t.config.write_text(head + sep + '\nhost_if = "mirror0"' + rest)
+        start_router(t)
+        yield t
+        if t.router and t.router.poll() is not None:
+            print(t.log.read_text()[-3000:])
+
+
+def in_ns(t, ns: str, code: str, timeout: float = 20) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def server(t, family: str, addr: str, port: int) -> subprocess.Popen:
+    """A TCP echo server on the router's Linux side (one connection)."""
+    code = (f"import socket; s = socket.socket(socket.{family}); "
+            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+            f"s.bind(({addr!r}, {port})); s.listen(1); print('ready', flush=True); "
+            "c, a = s.accept(); c.sendall(c.recv(100).upper() + str(a[0]).encode()); c.close()")
+    p = t.lab.popen(t.rt, [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def client(t, family: str, addr: str, port: int) -> str:
+    code = (f"import socket; s = socket.create_connection(({addr!r}, {port}), timeout=5); "
+            "s.sendall(b'hello'); print(s.recv(200).decode())")
+    r = in_ns(t, t.h1, code)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.mark.parametrize("family,addr,port", [("AF_INET", RT0_V4, 7001),
+                                              ("AF_INET6", RT0_V6, 7002)])
+def test_tcp_to_the_router_is_served_by_linux(topo, family, addr, port):
+    srv = server(topo, family, addr, port)
+    try:
+        got = client(topo, family, addr, port)
+    finally:
+        srv.wait(timeout=10)
+    assert got == "HELLO" + (H1_V4 if family == "AF_INET" else H1_V6)
+    rows = topo.ctl("show", "linux-cp")["data"]["pairs"]
+    assert rows[0]["mirror"] == "mirror0" and rows[0]["punted"] > 0 and rows[0]["injected"] > 0
+    # Linux resolved h1 itself (its ARP / ND went out the port, the answers came back)
+    neigh = topo.lab.run(topo.rt, ["ip", "neigh", "show", "dev", "mirror0"])
+    assert (H1_V4 if family == "AF_INET" else H1_V6) in neigh
+
+
+def test_echo_is_still_answered_by_vecroute_alone(topo):
+    before = _counter(topo, "echo-reply-sent")
+    r = subprocess.run(["ip", "netns", "exec", topo.h1, "ping", "-c", "3", "-i", "0.1", "-W",
+                        "2", RT0_V4], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "DUP" not in r.stdout, r.stdout
+    assert _counter(topo, "echo-reply-sent") - before == 3
+
+
+def test_link_scope_multicast_reaches_linux(topo):
+    """A UDP datagram to 224.0.0.9 (RIP's group; OSPF's 224.0.0.5 goes the same way)."""
+    code = ("import socket, struct; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('', 5520)); "
+            "s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, "
+            f"struct.pack('4s4s', socket.inet_aton('224.0.0.9'), socket.inet_aton('{RT0_V4}')));"
+            " s.settimeout(8); print('ready', flush=True); print(s.recvfrom(100)[0].decode())")
+    p = topo.lab.popen(topo.rt, [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    send = ("import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            "s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, "
+            f"socket.inet_aton('{H1_V4}'));"
+            "[s.sendto(b'rip', ('224.0.0.9', 5520)) or time.sleep(0.2) for _ in range(5)]")
+    assert in_ns(topo, topo.h1, send).returncode == 0
+    out, _ = p.communicate(timeout=15)
+    assert out.strip() == "rip"
+
+
+def test_a_port_without_mirror_keeps_answering_itself(topo):
+    """Port 1 has no host_if: TCP arriving there gets vecroute's RST, as before (what a
+    port hands to Linux depends on the port a packet arrives on)."""
+    before = _counter(topo, "tcp-port-closed")
+    code = (f"import socket\ntry:\n socket.create_connection(({RT1_V4!r}, 7003), timeout=5)\n"
+            "except ConnectionRefusedError: print('refused')")
+    r = in_ns(topo, topo.h2, code)
+    assert r.stdout.strip() == "refused", r.stdout + r.stderr
+    assert _counter(topo, "tcp-port-closed") > before
+
+
+def test_config_errors(tmp_path):
+    base = {"interfaces": [{"name": "eth0", "addresses": ["192.0.2.1/24"]}]}
+    with pytest.raises(ConfigError, match="needs a \\[linux_cp\\]"):
+        parse_config({"interfaces": [{"name": "eth0", "host_if": "m0"}]})
+    with pytest.raises(ConfigError, match="host_if"):
+        parse_config({"interfaces": [{"name": "eth0", "host_if": "eth0"}], "linux_cp": {}})
+    with pytest.raises(ConfigError, match="host_if"):
+        parse_config({"interfaces": [{"name": "eth0", "host_if": "a/b"}], "linux_cp": {}})
+    with pytest.raises(ConfigError, match="needs at least one"):
+        parse_config({**base, "linux_cp": {}})
+    with pytest.raises(ConfigError, match="netns"):
+        parse_config({"interfaces": [{"name": "eth0", "host_if": "m0"}],
+                      "linux_cp": {"netns": "../x"}})
+    cfg = parse_config({"interfaces": [{"name": "eth0", "host_if": "m0"}],
+                        "linux_cp": {"netns": "cp", "punt_rate": 5}})
+    assert cfg.linux_cp.netns == "cp" and cfg.interfaces[0].host_if == "m0"
+
+
+def _counter(t, name: str) -> int:
+    rows = t.ctl("show", "errors")["data"]
+    return sum(r["count"] for r in rows if r["counter"] == name)
