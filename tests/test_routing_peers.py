@@ -22,6 +22,7 @@ from routing_peers import (
     OspfInterface,
     PeerError,
     RouterConfig,
+    RoutingDaemon,
     kernel_route,
     link_local,
     nexthops,
@@ -255,3 +256,75 @@ def test_one_instance_of_a_kind_per_namespace(link, tmp_path):
         with pytest.raises(PeerError, match="already runs"), second:
             pass
         assert not second.procs
+
+
+
+# the transit topology: (role, R's address, the peer's, their prefix length, R's v6, the peer's)
+TRANSIT = (
+    ("a", "198.51.100.1", "198.51.100.2", 24, "2001:db8:1::1", "2001:db8:1::2"),
+    ("b", "203.0.113.1", "203.0.113.2", 24, "2001:db8:2::1", "2001:db8:2::2"),
+    ("c", "192.0.2.129", "192.0.2.130", 25, "2001:db8:3::1", "2001:db8:3::2"),
+)
+TRANSIT_AS = {"r": 65000, "a": 65001, "b": 65002, "c": 65003}
+
+
+@pytest.mark.parametrize("middle", ["bird", "frr"])
+def test_transit_router_passes_routes_on_and_spreads_over_two_sessions(middle, tmp_path):
+    """The shape of the linux-cp tests, with the kernel forwarding in the middle:
+
+        A (BIRD) --- R (``middle``) ---+--- B (FRR)    B and C announce the same
+                                       +--- C (FRR)    prefix: R holds it twice (ECMP)
+
+    R passes B's route on to A with itself as next hop; A pings B's network through R;
+    when C withdraws, R keeps the path through B."""
+    if os.geteuid() != 0:
+        pytest.fail("live tests need root (network namespaces): run them as root, as CI does")
+    with Lab("rt") as lab:
+        ns = {x: lab.netns(x) for x in ("r", "a", "b", "c")}
+        for n in ns.values():
+            no_dad(n)
+        lab.run(ns["r"], ["sysctl", "-qw", "net.ipv4.ip_forward=1",
+                          "net.ipv6.conf.all.forwarding=1"])
+        for role, r4, p4, plen, r6, p6 in TRANSIT:
+            pif, rif = lab.veth(ns[role], ns["r"])
+            lab.addr(ns["r"], rif, f"{r4}/{plen}")
+            lab.addr(ns["r"], rif, f"{r6}/64")
+            lab.addr(ns[role], pif, f"{p4}/{plen}")
+            lab.addr(ns[role], pif, f"{p6}/64")
+        lab.addr(ns["a"], "lo", "192.0.2.1/32")
+        for role in ("b", "c"):
+            lab.addr(ns[role], "lo", "192.0.2.65/32")  # anycast: the same network behind both
+        mid = (Bird if middle == "bird" else Frr)(
+            lab, ns["r"],
+            RouterConfig("198.51.100.1", asn=TRANSIT_AS["r"], bgp=[
+                n for role, r4, p4, _, r6, p6 in TRANSIT
+                for n in (BgpNeighbor(p4, TRANSIT_AS[role], local=r4),
+                          BgpNeighbor(p6, TRANSIT_AS[role], local=r6))]),
+            tmp_path / "r",
+        )
+        edge: dict[str, RoutingDaemon] = {}
+        for (role, r4, p4, _, r6, p6), kind, net in zip(
+            TRANSIT, (Bird, Frr, Frr), ("192.0.2.0/26", "192.0.2.64/26", "192.0.2.64/26"),
+            strict=True,
+        ):
+            edge[role] = kind(lab, ns[role], RouterConfig(
+                p4, asn=TRANSIT_AS[role], announce=[net],
+                bgp=[BgpNeighbor(r4, 65000, local=p4), BgpNeighbor(r6, 65000, local=p6)],
+            ), tmp_path / role)
+        ds = (mid, *edge.values())
+        with mid, edge["a"], edge["b"], edge["c"]:
+            for _, _, p4, _, _, p6 in TRANSIT:
+                mid.wait_bgp(p4)
+                mid.wait_bgp(p6)
+            route = wait_kernel_route(ns["r"], "192.0.2.64/26",
+                                      gateways=["203.0.113.2", "192.0.2.130"], daemons=ds)
+            assert route and len(nexthops(route)) == 2, route
+            wait_kernel_route(ns["a"], "192.0.2.64/26", gateways=["198.51.100.1"], daemons=ds)
+            wait_kernel_route(ns["b"], "192.0.2.0/26", gateways=["203.0.113.1"], daemons=ds)
+            wait_kernel_route(ns["c"], "192.0.2.0/26", gateways=["192.0.2.129"], daemons=ds)
+            ping = lab.run(ns["a"], ["ping", "-c", "1", "-W", "2", "-I", "192.0.2.1",
+                                     "192.0.2.65"], check=False)
+            assert " 0% packet loss" in ping, ping
+            edge["c"].withdraw("192.0.2.64/26")
+            wait_kernel_route(ns["r"], "192.0.2.64/26", gateways=["203.0.113.2"],
+                              timeout=WITHDRAW_WITHIN, daemons=ds)
