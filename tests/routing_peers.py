@@ -864,4 +864,3 @@ def _cleanup_stale_rundirs(max_age: float = 86400.0) -> None:
 
 
 _cleanup_stale_rundirs()
-os.environ.setdefault("VTYSH_PAGER", "cat")
