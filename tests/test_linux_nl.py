@@ -116,7 +116,7 @@ class Env:
                 net = ipaddress.ip_network(dst)
                 if net.version == 6 and net.subnet_of(ipaddress.ip_network("fe80::/10")):
                     continue
-                if r.get("protocol") == "kernel" and "gateway" not in r:
+                if r.get("protocol") == "kernel" and _gw(r) is None:
                     continue  # the subnet of an address: vecroute's connected route
                 if typ != "unicast":
                     out[(table, net)] = typ
@@ -124,10 +124,10 @@ class Env:
                 if "nhid" in r:
                     hops = self._nh_hops(nhs, r["nhid"])
                 elif "nexthops" in r:
-                    hops = [(h.get("gateway"), h["dev"], h.get("weight", 1), h.get("flags", []))
+                    hops = [(_gw(h), h["dev"], h.get("weight", 1), h.get("flags", []))
                             for h in r["nexthops"]]
                 else:
-                    hops = [(r.get("gateway"), r["dev"], 1, r.get("flags", []))]
+                    hops = [(_gw(r), r["dev"], 1, r.get("flags", []))]
                 paths = sorted((self.names[d], g, w) for g, d, w, fl in hops
                                if d in self.names and "dead" not in fl)
                 if paths:
@@ -168,6 +168,11 @@ class Env:
         self.settle()
         k, v = self.kernel(), self.vecroute()
         assert v == k, _diff(k, v)
+
+
+def _gw(r: dict) -> str | None:
+    """The next hop of an ``ip -j route`` entry: gateway, or via (RFC 5549 "via inet6")."""
+    return r.get("gateway") or (r.get("via") or {}).get("host")
 
 
 def _norm(paths: list) -> tuple:
@@ -284,7 +289,7 @@ def test_addresses_and_neighbors(env: Env) -> None:
     env.settle()
     assert fib.routes[(0, ipaddress.ip_network("198.51.100.0/24"))].kind == "connected"
     n = env.target.neigh.entries[(0, ipaddress.ip_address("192.0.2.2"))]
-    assert n.origin == LINUX and n.mac == bytes.fromhex("0200000000aa02")
+    assert n.origin == LINUX and n.mac == bytes.fromhex("02000000aa02")
     assert (1, ipaddress.ip_address("2001:db8:2::2")) in fib.neighbors
     env.ip("addr", "del", "198.51.100.1/24", "dev", env.m1)
     env.ip("neigh", "del", "192.0.2.2", "dev", env.m0)
@@ -317,10 +322,12 @@ def test_overflow_resync(env: Env) -> None:
     """A tiny receive buffer and a burst of routes: ENOBUFS, a resync, the right FIB."""
     import socket
 
-    env.sync.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, 4096)
+    from vecroute.control.linux_nl import SO_RCVBUFFORCE
+
+    env.sync.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 4096)
     lines = [f"route add 10.{i >> 8}.{i & 255}.0/24 via 192.0.2.2" for i in range(5000)]
     env.batch(lines)
-    env.sync.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, 128 << 20)
+    env.sync.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 128 << 20)
     env.check()
     st = env.sync.stats()
     assert st["messages"].get("enobufs", 0) >= 1 and st["resyncs"] >= 2

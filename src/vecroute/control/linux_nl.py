@@ -41,7 +41,7 @@ from numba import njit
 
 from vecroute.control.neighbors import NeighborTable
 from vecroute.fib.adjacency import MAX_BUCKETS
-from vecroute.fib.fib import Fib, Route, RouteError
+from vecroute.fib.fib import Fib, Route, RouteError, _address_routes
 
 log = logging.getLogger("vecroute.linux_nl")
 
@@ -1008,13 +1008,23 @@ class KernelSync:
         adds: dict[tuple, tuple] = {}
         dels: dict[tuple, tuple] = {}
         rt, inst, routes = self._rt, self._inst, fib.routes
+        # vecroute's own routes (the addresses'): as int keys, cheap to test
+        protected = set()
+        for itf in fib.interfaces:
+            for a in itf.addresses:
+                for _, net in _address_routes(a):
+                    protected.add((net.version, itf.table) + _key_tail(net.version, net))
+        pcache: dict[tuple, Any] = {}
         for key in touched:
             ent = rt.get(key)
             f, table, hi, lo, plen = key
             want = None
             if ent is not None:
-                pk = ent[1][min(ent[1])]
-                got = self._path(f, pk)
+                alts = ent[1]
+                pk = alts[min(alts)] if len(alts) > 1 else next(iter(alts.values()))
+                got = pcache.get((f, pk))
+                if got is None:
+                    got = pcache[(f, pk)] = self._path(f, pk)
                 if isinstance(got, str):
                     self._ignore(got)
                 else:
@@ -1032,12 +1042,13 @@ class KernelSync:
                 if want is not None and (hi >> 54) == 0x3FA:  # fe80::/10: per link
                     self._ignore("link-local")
                     want = None
-            cur = routes.get((table, net))
-            if cur is not None and (cur.kind in PROTECTED or cur.kind.startswith("srv6")):
-                if want is not None:
-                    self._ignore(f"shadowed-{cur.kind}")  # vecroute's own route stays
-                inst.pop(key, None)
-                continue
+            if key in protected:
+                cur = routes.get((table, net))
+                if cur is not None and cur.kind in PROTECTED:
+                    if want is not None:
+                        self._ignore(f"shadowed-{cur.kind}")  # vecroute's own route stays
+                    inst.pop(key, None)
+                    continue
             if want is None:
                 if have is not None:
                     b = dels.setdefault((f, table), ([], [], [], []))
