@@ -98,7 +98,7 @@ def main() -> None:
             stop = threading.Event()
             done_at: list[float] = []
 
-            def follow() -> None:
+            def follow(sync=sync, stop=stop, base=base, done_at=done_at) -> None:
                 while not stop.is_set():
                     if sync.poll() == 0:
                         if sync._resync_wanted and not sync._inflight:

@@ -357,3 +357,69 @@ def test_many_routes(env: Env) -> None:
     env.batch([f"route del 10.{i >> 8}.{i & 255}.0/24" for i in range(0, 50000, 2)])
     env.check()
     assert len(env.vecroute()) == 25000
+
+
+# -- what the graph does with them (the Router harness, scapy as the oracle) ---------------
+
+
+def _router_with(*routes: tuple) -> object:
+    from tests.conftest import Router
+
+    r = Router()
+    for prefix, kw in routes:
+        r.fib.add_route(prefix, **kw)
+    r.graph.swap_state(r.fib.state())
+    r.state = r.graph.state
+    return r
+
+
+@pytest.mark.parametrize("kind,code4,code6,counter", [
+    ("unreachable", 1, 0, "route-unreachable"),
+    ("prohibit", 13, 1, "route-prohibit"),
+])
+def test_reject_routes_answer_icmp(kind: str, code4: int, code6: int, counter: str) -> None:
+    from scapy.layers.inet import ICMP, IP, UDP
+    from scapy.layers.inet6 import ICMPv6DestUnreach, IPv6
+    from scapy.layers.l2 import Ether
+
+    from tests.conftest import H0, H0_IP4, H0_IP6, R0
+
+    r = _router_with(("198.18.0.0/16", {"reject": kind}),
+                     ("2001:db8:dead::/48", {"reject": kind}))
+    p4 = Ether(src=H0, dst=R0) / IP(src=H0_IP4, dst="198.18.0.9", ttl=9) / UDP(dport=9)
+    p6 = Ether(src=H0, dst=R0) / IPv6(src=H0_IP6, dst="2001:db8:dead::9") / UDP(dport=9)
+    res = r.run([p4, p6])
+    assert res.c(counter) == 2
+    got = [Ether(t.data) for t in res.on("eth0")]
+    icmp4 = [g for g in got if ICMP in g]
+    icmp6 = [g for g in got if ICMPv6DestUnreach in g]
+    assert len(icmp4) == 1 and (icmp4[0][ICMP].type, icmp4[0][ICMP].code) == (3, code4)
+    assert icmp4[0][IP].dst == H0_IP4
+    assert len(icmp6) == 1 and icmp6[0][ICMPv6DestUnreach].code == code6
+    assert icmp6[0][IPv6].dst == H0_IP6
+
+
+def test_rfc5549_rewrite_and_resolution() -> None:
+    """An IPv4 route via an IPv6 next hop: ethertype 0x0800 towards the IPv6 neighbour's
+    MAC; unresolved, the next hop is asked for with an NS (not ARP)."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import ICMPv6ND_NS
+    from scapy.layers.l2 import ARP, Ether
+
+    from tests.conftest import H0, H0_IP4, N1, R0, R1
+
+    v6 = ipaddress.ip_address("fe80::2")
+    r = _router_with(("198.18.10.0/24", {"via": [v6], "dev": "eth1"}))
+    p = Ether(src=H0, dst=R0) / IP(src=H0_IP4, dst="198.18.10.1", ttl=9) / UDP(dport=9)
+    res = r.run([p])
+    ns = [Ether(t.data) for t in res.on("eth1")]
+    assert ns and ICMPv6ND_NS in ns[0] and ns[0][ICMPv6ND_NS].tgt == "fe80::2"
+    assert not any(ARP in x for x in ns)
+    r.fib.add_neighbor(v6, bytes.fromhex(N1.replace(":", "")), "eth1")
+    r.graph.swap_state(r.fib.state())
+    r.state = r.graph.state
+    out = [Ether(t.data) for t in r.run([p]).on("eth1")]
+    assert len(out) == 1
+    e = out[0]
+    assert (e.type, e.dst, e.src) == (0x0800, N1, R1)
+    assert e[IP].dst == "198.18.10.1" and e[IP].ttl == 8
