@@ -50,6 +50,9 @@ class AdjKey:
     ifx: int = -1
     family: int = 0
     nh: int = 0  # next hop address as int (0 for glean/local/drop)
+    # the packets' family when it is not the next hop's: 4 for IPv4 routes via an IPv6
+    # next hop (RFC 5549): resolved with ND, rewritten with ethertype 0x0800
+    payload: int = 0
 
 
 class AdjacencyTable:
@@ -139,7 +142,7 @@ class AdjacencyTable:
             self.adj[a, A_TYPE] = ADJ_INCOMPLETE
             self.adj[a, A_RWLEN] = 0
             return
-        et = ETH_P_IP if key.family == 4 else ETH_P_IPV6
+        et = ETH_P_IP if (key.payload or key.family) == 4 else ETH_P_IPV6
         rw = dst_mac + src_mac + et.to_bytes(2, "big")
         self.adj_rw[a, : len(rw)] = np.frombuffer(rw, dtype=np.uint8)
         self.adj[a, A_RWLEN] = len(rw)
@@ -150,7 +153,7 @@ class AdjacencyTable:
         kind = ADJ_NAMES[int(self.adj[a, A_TYPE])]
         if key.family:
             nh = ipaddress.ip_address(key.nh) if key.family == 4 else ipaddress.IPv6Address(key.nh)
-            return f"{kind} {nh}"
+            return f"{kind} {nh}" + (" (IPv4 packets)" if key.payload == 4 else "")
         return kind
 
 
@@ -168,6 +171,8 @@ class LoadBalanceTable:
         # and its bucket range (neighbour host routes are all one-bucket ones)
         self._free: dict[int, list[int]] = {}
         self._nb = 0
+        self._private: set[int] = set()  # get_private entries (outside the index)
+        self._free_ranges: dict[int, list[int]] = {}  # bucket ranges a resize left
 
     def __len__(self) -> int:
         return len(self.index)
@@ -186,11 +191,89 @@ class LoadBalanceTable:
             return
         key = self.paths[i]
         assert key is not None
-        del self.index[key]
         self.paths[i] = None
-        self._free.setdefault(len(key), []).append(i)
+        if i in self._private:
+            self._private.discard(i)
+        else:
+            del self.index[key]
+        self._free.setdefault(len(key), []).append(i)  # row and bucket range reused
         for a in set(key):
             self.adjs.unref(a)
+
+    def get_private(self, adjs: list[int], weights: list[int] | None = None) -> int:
+        """A load-balance of its own, never shared: one per kernel nexthop object, so
+        that a change of the object rewrites its buckets once (set_private) and every
+        route through it follows, without touching the routes. The caller holds one
+        reference for the object's life (ref), and lets it go (unref) to free it."""
+        buckets = self._buckets(adjs, weights)
+        free = self._free.get(len(buckets))
+        if free:
+            i = free.pop()
+            start = int(self.lb[i, LB_START])
+            self.lb_buckets[start : start + len(buckets)] = buckets
+            self.paths[i] = tuple(buckets)
+        else:
+            i = len(self.paths)
+            if i >= self.lb.shape[0]:
+                self.lb = np.concatenate([self.lb, np.zeros_like(self.lb)])
+            self.paths.append(None)
+            self.refs.append(0)
+            self._place(i, buckets)
+        self.refs[i] = 0
+        self._private.add(i)
+        return i
+
+    def set_private(self, i: int, adjs: list[int], weights: list[int] | None = None) -> None:
+        """New buckets for a private load-balance (its adjacencies re-referenced)."""
+        buckets = self._buckets(adjs, weights)
+        old = self.paths[i] or ()
+        if self.refs[i] > 0:
+            for a in set(buckets):
+                self.adjs.ref(a)
+        if len(old) == len(buckets):
+            start = int(self.lb[i, LB_START])
+            self.lb_buckets[start : start + len(buckets)] = buckets
+            self.paths[i] = tuple(buckets)
+        else:
+            self._free_ranges.setdefault(len(old), []).append(int(self.lb[i, LB_START]))
+            self._place(i, buckets)
+        if self.refs[i] > 0:
+            for a in set(old):
+                self.adjs.unref(a)
+
+    def _place(self, i: int, buckets: list[int]) -> None:
+        """Give entry i a bucket range of the right size (private entries only)."""
+        spare = self._free_ranges.get(len(buckets))
+        if spare:
+            start = spare.pop()
+            self.lb_buckets[start : start + len(buckets)] = buckets
+            self.lb[i, LB_START] = start
+            self.lb[i, LB_N] = len(buckets)
+            self.paths[i] = tuple(buckets)
+            return
+        while self._nb + len(buckets) > self.lb_buckets.shape[0]:
+            self.lb_buckets = np.concatenate([self.lb_buckets, np.zeros_like(self.lb_buckets)])
+        self.lb_buckets[self._nb : self._nb + len(buckets)] = buckets
+        self.lb[i, LB_START] = self._nb
+        self.lb[i, LB_N] = len(buckets)
+        self._nb += len(buckets)
+        self.paths[i] = tuple(buckets)
+
+    def _buckets(self, adjs: list[int], weights: list[int] | None) -> list[int]:
+        if not adjs:
+            raise ValueError("a load-balance needs at least one path")
+        weights = weights or [1] * len(adjs)
+        if len(weights) != len(adjs) or not all(
+            isinstance(w, int) and 1 <= w <= MAX_BUCKETS for w in weights
+        ):
+            raise ValueError(f"ECMP weights must be integers 1..{MAX_BUCKETS}, one per path")
+        if sum(weights) > MAX_BUCKETS:
+            raise ValueError(f"ECMP weights add up to {sum(weights)} buckets, at most "
+                             f"{MAX_BUCKETS}")
+        buckets: list[int] = []
+        for a, w in zip(adjs, weights, strict=True):
+            buckets.extend([a] * w)
+        return buckets
 
     def get(self, adjs: list[int], weights: list[int] | None = None) -> int:
         """The load-balance index for these adjacencies (weights replicate buckets)."""

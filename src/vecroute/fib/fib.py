@@ -20,7 +20,9 @@ from vecroute.fib.lpm import Lpm
 from vecroute.graph.state import (
     ADJ_GLEAN,
     ADJ_INCOMPLETE,
+    ADJ_PROHIBIT,
     ADJ_REPLY,
+    ADJ_UNREACH,
     I_FIB4,
     I_FIB6,
     I_HOST,
@@ -40,6 +42,32 @@ from vecroute.graph.state import (
 )
 
 MAX_TABLES = 256  # FIB tables per address family (each costs a 256 KiB trie root)
+
+
+def _address_routes(a) -> list[tuple[str, IPNetwork]]:
+    """(kind, prefix) of the routes one interface address installs (_install_address)."""
+    out = [("local", ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}"))]
+    net = a.network
+    if a.version == 6 and net.prefixlen < 127 and net.network_address != a.ip:
+        out.append(("anycast", ipaddress.ip_network(f"{net.network_address}/128")))
+    if net.prefixlen < a.max_prefixlen:
+        out.append(("connected", net))
+    if a.version == 4 and net.prefixlen <= 30:
+        out += [("broadcast", ipaddress.ip_network(f"{e}/32"))
+                for e in (net.network_address, net.broadcast_address)]
+    return out
+
+
+def _nh_keys(ifx: int, ip: IPAddress) -> tuple[AdjKey, ...]:
+    """The adjacencies a neighbour resolves: its own, and for an IPv6 neighbour the one
+    of IPv4 routes via it (RFC 5549)."""
+    own = AdjKey(ADJ_INCOMPLETE, ifx, ip.version, int(ip))
+    if ip.version == 4:
+        return (own,)
+    return own, AdjKey(ADJ_INCOMPLETE, ifx, 6, int(ip), 4)
+
+
+REJECT_KINDS = ("unreachable", "prohibit")
 
 
 class RouteError(ValueError):
@@ -83,7 +111,7 @@ class Interface:
 class Route:
     prefix: IPNetwork
     table: int
-    kind: str  # "static", "connected", "local", "neighbor"
+    kind: str  # "static", "connected", "local", "neighbor", "kernel", "unreachable", ...
     paths: list[tuple[int, IPAddress | None]]  # (interface index, next hop or None)
     weights: list[int] | None = None
     lb: int = -1
@@ -160,28 +188,67 @@ class Fib:
             except ValueError as e:  # one table too many
                 raise RouteError(f"interface {itf.name}: {e}") from None
         for a in itf.addresses:
-            host = ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}")
-            self._install(Route(host, itf.table, "local", []), self.lbs.get([self.adjs.local]))
-            net = a.network
-            if a.version == 6 and net.prefixlen < 127 and net.network_address != a.ip:
-                # RFC 4291 2.6.1: routers answer the subnet-router anycast address
-                anycast = ipaddress.ip_network(f"{net.network_address}/128")
-                if (itf.table, anycast) not in self.routes:
-                    self._install(Route(anycast, itf.table, "anycast", []),
-                                  self.lbs.get([self.adjs.local_anycast]))
-            if net.prefixlen < a.max_prefixlen:
-                glean = self.adjs.get(AdjKey(ADJ_GLEAN, ifx, a.version))
-                self._install(
-                    Route(net, itf.table, "connected", [(ifx, None)]), self.lbs.get([glean])
-                )
-            if a.version == 4 and net.prefixlen <= 30:
-                # RFC 1812 5.3.5.2: directed broadcasts are not forwarded by default
-                drop = self.lbs.get([self.adjs.drop])
-                for edge in (net.network_address, net.broadcast_address):
-                    self._install(
-                        Route(ipaddress.ip_network(f"{edge}/32"), itf.table, "broadcast", []), drop
-                    )
+            self._install_address(ifx, a)
         return ifx
+
+    def _install_address(self, ifx: int, a) -> None:
+        """What one interface address installs: its local route, the subnet-router anycast
+        (IPv6), the connected subnet (glean) and the directed-broadcast drops (IPv4)."""
+        itf = self.interfaces[ifx]
+        host = ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}")
+        self._install(Route(host, itf.table, "local", []), self.lbs.get([self.adjs.local]))
+        net = a.network
+        if a.version == 6 and net.prefixlen < 127 and net.network_address != a.ip:
+            # RFC 4291 2.6.1: routers answer the subnet-router anycast address
+            anycast = ipaddress.ip_network(f"{net.network_address}/128")
+            if (itf.table, anycast) not in self.routes:
+                self._install(Route(anycast, itf.table, "anycast", []),
+                              self.lbs.get([self.adjs.local_anycast]))
+        if net.prefixlen < a.max_prefixlen:
+            glean = self.adjs.get(AdjKey(ADJ_GLEAN, ifx, a.version))
+            self._install(
+                Route(net, itf.table, "connected", [(ifx, None)]), self.lbs.get([glean])
+            )
+        if a.version == 4 and net.prefixlen <= 30:
+            # RFC 1812 5.3.5.2: directed broadcasts are not forwarded by default
+            drop = self.lbs.get([self.adjs.drop])
+            for edge in (net.network_address, net.broadcast_address):
+                self._install(
+                    Route(ipaddress.ip_network(f"{edge}/32"), itf.table, "broadcast", []), drop
+                )
+
+    @_changes
+    def add_address(self, ifx: int, addr) -> bool:
+        """Add an address to an interface at run time (learnt from Linux: RTM_NEWADDR),
+        installing what add_interface installs per address; False if already there."""
+        a = ipaddress.ip_interface(addr)
+        itf = self.interfaces[ifx]
+        if any(x == a for x in itf.addresses):
+            return False
+        itf.addresses.append(a)
+        self._install_address(ifx, a)
+        return True
+
+    @_changes
+    def del_address(self, ifx: int, addr) -> bool:
+        """Remove an interface address and the routes it installed, except those another
+        address of the same table still implies; False if it was not there."""
+        a = ipaddress.ip_interface(addr)
+        itf = self.interfaces[ifx]
+        if a not in itf.addresses:
+            return False
+        itf.addresses.remove(a)
+        implied: set = set()
+        for other in self.interfaces:
+            if other.table != itf.table:
+                continue
+            for b in other.addresses:
+                implied |= {(k, net) for k, net in _address_routes(b)}
+        for kind, net in _address_routes(a):
+            r = self.routes.get((itf.table, net))
+            if r is not None and r.kind == kind and (kind, net) not in implied:
+                self._uninstall(itf.table, net)
+        return True
 
     def interface_index(self, name: str) -> int:
         for i, itf in enumerate(self.interfaces):
@@ -218,8 +285,12 @@ class Fib:
                     return ifx
         raise RouteError(f"next hop {nh} is not on a connected subnet of table {table}")
 
-    def _nh_adjacency(self, ifx: int, nh: IPAddress) -> int:
-        a = self.adjs.get(AdjKey(ADJ_INCOMPLETE, ifx, nh.version, int(nh)))
+    def _nh_adjacency(self, ifx: int, nh: IPAddress, family: int = 0) -> int:
+        """The adjacency to next hop ``nh`` on ``ifx`` for packets of ``family`` (an IPv4
+        route via an IPv6 next hop, RFC 5549, has an adjacency of its own: resolved
+        with ND like the IPv6 one, its rewrite carries ethertype 0x0800)."""
+        payload = 4 if family == 4 and nh.version == 6 else 0
+        a = self.adjs.get(AdjKey(ADJ_INCOMPLETE, ifx, nh.version, int(nh), payload))
         mac = self.neighbors.get((ifx, nh))
         if mac is not None:
             self.adjs.set_rewrite(a, mac, self.interfaces[ifx].mac)
@@ -235,8 +306,16 @@ class Fib:
         table: int = 0,
         weights: list[int] | None = None,
         blackhole: bool = False,
+        reject: str | None = None,
     ) -> Route:
-        """Add or replace a static route (ECMP when via has several next hops)."""
+        """Add or replace a static route (ECMP when via has several next hops); ``reject``
+        "unreachable" or "prohibit" makes a Linux reject route (answered with ICMP). An
+        IPv4 prefix may have IPv6 next hops (RFC 5549; with ``dev`` or on a connected
+        IPv6 subnet)."""
+        if reject is not None:
+            if reject not in REJECT_KINDS:
+                raise RouteError(f"reject must be one of {', '.join(REJECT_KINDS)}")
+            blackhole = True
         try:
             prefix = ipaddress.ip_network(prefix, strict=False)
         except ValueError:
@@ -248,7 +327,7 @@ class Fib:
             pass
         elif via:
             for nh in via:
-                if nh.version != prefix.version:
+                if nh.version != prefix.version and not (prefix.version == 4 and nh.version == 6):
                     raise RouteError(f"next hop {nh} is not IPv{prefix.version}")
                 ifx = self.interface_index(dev) if dev else self._connected_interface(nh, table)
                 paths.append((ifx, nh))
@@ -271,9 +350,9 @@ class Fib:
             except ValueError as e:  # a bad table id, or one table too many
                 raise RouteError(str(e)) from None
         if blackhole:
-            lb = self.lbs.get([self.adjs.drop])
+            lb = self.lbs.get([self.special_adjacency(reject or "blackhole")])
         elif via:
-            adjs = [self._nh_adjacency(ifx, nh) for ifx, nh in paths]
+            adjs = [self._nh_adjacency(ifx, nh, prefix.version) for ifx, nh in paths]
             try:
                 lb = self.lbs.get(adjs, weights)
             except ValueError as e:  # too many ECMP buckets
@@ -281,9 +360,86 @@ class Fib:
         else:
             ifx = paths[0][0]
             lb = self.lbs.get([self.adjs.get(AdjKey(ADJ_GLEAN, ifx, prefix.version))])
-        route = Route(prefix, table, "static", paths, weights)
+        route = Route(prefix, table, reject or "static", paths, weights)
         self._install(route, lb)
         return route
+
+    def special_adjacency(self, kind: str) -> int:
+        """The shared adjacency of a route without next hops: blackhole (drop),
+        unreachable or prohibit (an ICMP error, as Linux answers them)."""
+        if kind == "blackhole":
+            return self.adjs.drop
+        return self.adjs.get(AdjKey(ADJ_UNREACH if kind == "unreachable" else ADJ_PROHIBIT))
+
+    def path_adjacencies(self, family: int, paths: list[tuple[int, IPAddress | None]]
+                         ) -> list[int]:
+        """Adjacencies of (interface index, next hop or None: glean) paths for packets of
+        ``family`` (no checks: the caller, e.g. the netlink mirror, validated them)."""
+        return [self.adjs.get(AdjKey(ADJ_GLEAN, ifx, family)) if nh is None
+                else self._nh_adjacency(ifx, nh, family) for ifx, nh in paths]
+
+    # -- bulk (the kernel's table mirrored by netlink: one Lpm.add_many per batch) --------
+
+    @_changes
+    def install_many(self, family: int, table: int, routes: list[Route], addrs, lengths,
+                     values) -> None:
+        """Install many routes of one family and table at once (replacing any at the same
+        prefixes): ``routes[i]`` holds prefix i's Route (``lb`` set), ``addrs``/``lengths``/
+        ``values`` the same prefixes and load-balances in Lpm.add_many's array form. Per
+        route it costs a dict store and a reference; the trie is written in one pass."""
+        if self.lpm[family].table_index(table) < 0:
+            try:
+                self.lpm[family].table_index(table, create=True)
+            except ValueError as e:
+                raise RouteError(str(e)) from None
+        store = self.routes
+        refs = self.lbs.refs
+        ref, unref = self.lbs.ref, self.lbs.unref
+        gone: list[int] = []
+        for r in routes:
+            lb = r.lb
+            if refs[lb]:
+                refs[lb] += 1  # (the first reference takes the adjacencies: ref())
+            else:
+                ref(lb)
+            old = store.get((table, r.prefix))
+            store[(table, r.prefix)] = r
+            if old is not None:
+                gone.append(old.lb)
+        self.lpm[family].add_many(table, addrs, lengths, values)
+        for lb in gone:
+            unref(lb)
+
+    @_changes
+    def uninstall_many(self, family: int, table: int, prefixes: list[IPNetwork], addrs,
+                       lengths) -> int:
+        """Remove many routes of one family and table (those present); returns how many."""
+        store = self.routes
+        unref = self.lbs.unref
+        n = 0
+        for p in prefixes:
+            r = store.pop((table, p), None)
+            if r is not None:
+                unref(r.lb)
+                n += 1
+        if n:
+            self.lpm[family].delete_many(table, addrs, lengths)
+        return n
+
+    @_changes
+    def set_route(self, route: Route, lb: int) -> None:
+        """Install one prepared route (kind, paths set) on load-balance ``lb``."""
+        if self.lpm[route.prefix.version].table_index(route.table) < 0:
+            try:
+                self.lpm[route.prefix.version].table_index(route.table, create=True)
+            except ValueError as e:
+                raise RouteError(str(e)) from None
+        self._install(route, lb)
+
+    @_changes
+    def remove_route(self, table: int, prefix: IPNetwork) -> Route | None:
+        """Remove a route whatever its kind (the netlink mirror's own ones)."""
+        return self._uninstall(table, prefix)
 
     @_changes
     def del_route(self, prefix: IPNetwork | str, table: int = 0) -> None:
@@ -328,9 +484,9 @@ class Fib:
         ifx = self.interface_index(ifname)
         itf = self.interfaces[ifx]
         self.neighbors[(ifx, ip)] = mac
-        key = AdjKey(ADJ_INCOMPLETE, ifx, ip.version, int(ip))
-        if key in self.adjs.index:  # next hop of routes: rewritten in place
-            self.adjs.set_rewrite(self.adjs.index[key], mac, itf.mac)
+        for key in _nh_keys(ifx, ip):
+            if key in self.adjs.index:  # next hop of routes: rewritten in place
+                self.adjs.set_rewrite(self.adjs.index[key], mac, itf.mac)
         host = ipaddress.ip_network(f"{ip}/{ip.max_prefixlen}")
         existing = self.routes.get((itf.table, host))
         on_link = any(ip in x.network for x in itf.addresses if x.version == ip.version)
@@ -346,9 +502,9 @@ class Fib:
         ifx = self.interface_index(ifname)
         if self.neighbors.pop((ifx, ip), None) is None:
             raise RouteError(f"no neighbor {ip} on {ifname}")
-        key = AdjKey(ADJ_INCOMPLETE, ifx, ip.version, int(ip))
-        if key in self.adjs.index:
-            self.adjs.set_rewrite(self.adjs.index[key], None, self.interfaces[ifx].mac)
+        for key in _nh_keys(ifx, ip):
+            if key in self.adjs.index:
+                self.adjs.set_rewrite(self.adjs.index[key], None, self.interfaces[ifx].mac)
         host = ipaddress.ip_network(f"{ip}/{ip.max_prefixlen}")
         table = self.interfaces[ifx].table
         r = self.routes.get((table, host))
@@ -441,7 +597,7 @@ class Fib:
             return "local"
         if route.kind == "anycast":
             return "local (subnet-router anycast)"
-        if route.kind.startswith("srv6") or route.kind == "broadcast":
+        if route.kind.startswith("srv6") or route.kind in ("broadcast",) + REJECT_KINDS:
             return route.kind
         if not route.paths:
             return "blackhole"

@@ -95,6 +95,10 @@ COUNTERS: tuple[Counter, ...] = (
         "fib-table-missing", "ip4-lookup", "drop", "packet bound to a FIB table that has no routes"
     ),
     Counter("blackhole", "ip4-lookup", "drop", "route points to a drop adjacency"),
+    Counter("route-unreachable", "ip4-lookup", "drop",
+            "route of type unreachable: answered with ICMP host unreachable (ICMPv6 no route)"),
+    Counter("route-prohibit", "ip4-lookup", "drop",
+            "route of type prohibit: answered with ICMP administratively prohibited"),
     Counter("l2-multicast-unicast", "ip4-lookup", "drop",
             "unicast IP received in a link-layer broadcast/multicast frame: not forwarded"
             " (RFC 1812 5.3.4)"),
@@ -368,6 +372,8 @@ C_FIB_LOOKUPS = _c("fib-lookups")
 C_NO_ROUTE = _c("no-route")
 C_FIB_TABLE_MISSING = _c("fib-table-missing")
 C_BLACKHOLE = _c("blackhole")
+C_ROUTE_UNREACHABLE = _c("route-unreachable")
+C_ROUTE_PROHIBIT = _c("route-prohibit")
 C_ECHO_REPLY_SENT = _c("echo-reply-sent")
 C_LOCAL_UNHANDLED = _c("local-unhandled")
 C_LOCAL_BAD_CHECKSUM = _c("local-bad-checksum")

@@ -28,8 +28,10 @@ from vecroute.graph.state import (
     A_TYPE,
     ADJ_DROP,
     ADJ_LOCAL,
+    ADJ_PROHIBIT,
     ADJ_SRV6_ENCAP,
     ADJ_SRV6_LOCALSID,
+    ADJ_UNREACH,
     FW_RUN_OUT,
     LB_N,
     LB_START,
@@ -52,6 +54,7 @@ from vecroute.packet.batch import (
 )
 from vecroute.packet.headers import (
     ICMP4_DEST_UNREACH,
+    ICMP4_HOST_UNREACH,
     ICMP4_NET_UNREACH,
     ICMP6_BEYOND_SCOPE,
     ICMP6_DEST_UNREACH,
@@ -60,6 +63,9 @@ from vecroute.packet.headers import (
     rd32,
     rd64,
 )
+
+ICMP4_ADMIN_PROHIBITED = 13  # RFC 1812 5.2.7.1: communication administratively prohibited
+ICMP6_ADMIN_PROHIBITED = 1  # RFC 4443 3.1
 
 
 @njit(cache=True, inline="always")
@@ -94,6 +100,23 @@ def resolve6(dp, fib: int, hi: np.uint64, lo: np.uint64, h: np.uint32) -> int:
     return pick_adjacency(dp, v, h)
 
 
+@njit(cache=True)
+def _reject(frames, frame_n, meta, i, prohibit, ip6) -> None:
+    """A reject route, answered as Linux's ip_error / ip6_pkt_discard and ip6_pkt_prohibit
+    do: unreachable -> IPv4 host unreachable (code 1), ICMPv6 no route (0); prohibit ->
+    IPv4 communication administratively prohibited (13), ICMPv6 code 1. Our own packets
+    are dropped (never an error about an error we made)."""
+    reason = C.C_ROUTE_PROHIBIT if prohibit else C.C_ROUTE_UNREACHABLE
+    if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
+        drop(frames, frame_n, meta, i, reason)
+    elif ip6:
+        icmp_error(frames, frame_n, meta, i, True, reason, ICMP6_DEST_UNREACH,
+                   ICMP6_ADMIN_PROHIBITED if prohibit else ICMP6_NO_ROUTE, 0)
+    else:
+        icmp_error(frames, frame_n, meta, i, False, reason, ICMP4_DEST_UNREACH,
+                   ICMP4_ADMIN_PROHIBITED if prohibit else ICMP4_HOST_UNREACH, 0)
+
+
 @njit(cache=True, inline="always")
 def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
     """Send packet i on by the type of its adjacency (the lookup's one decision)."""
@@ -106,6 +129,8 @@ def to_adjacency(frames, frame_n, meta, dp, i, a, ip6) -> None:
         enqueue(frames, frame_n, meta, IP6_LOCAL if ip6 else IP4_LOCAL, i)
     elif t == ADJ_DROP:
         drop(frames, frame_n, meta, i, C.C_BLACKHOLE)
+    elif t == ADJ_UNREACH or t == ADJ_PROHIBIT:
+        _reject(frames, frame_n, meta, i, t == ADJ_PROHIBIT, ip6)
     elif t == ADJ_SRV6_ENCAP:
         if meta[M_FLAGS, i] & F_GSO:  # SRv6 takes ordinary packets: cut it first
             divert(frames, frame_n, meta, i, SRV6_ENCAP)

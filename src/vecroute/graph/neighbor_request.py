@@ -15,7 +15,17 @@ from vecroute.graph.flow_hash import mix64
 from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.local import punt
 from vecroute.graph.node_ids import INTERFACE_OUTPUT
-from vecroute.graph.state import A_IF, A_NH4, A_NH6, A_TYPE, ADJ_GLEAN, I_IP4, IF6_LL, OPT_LIVE
+from vecroute.graph.state import (
+    A_FAMILY,
+    A_IF,
+    A_NH4,
+    A_NH6,
+    A_TYPE,
+    ADJ_GLEAN,
+    I_IP4,
+    IF6_LL,
+    OPT_LIVE,
+)
 from vecroute.packet.batch import (
     F_IP6,
     HEADROOM,
@@ -139,7 +149,9 @@ def neighbor_request(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> No
         a = meta[M_ADJ, i]
         ifx = dp.adj[a, A_IF]
         glean = dp.adj[a, A_TYPE] == ADJ_GLEAN
-        ip6 = meta[M_FLAGS, i] & F_IP6
+        # which protocol asks: the next hop's family (an IPv4 route via an IPv6 next hop,
+        # RFC 5549, resolves it with ND); a glean resolves the packet's own destination
+        ip6 = (meta[M_FLAGS, i] & F_IP6) if glean else dp.adj[a, A_FAMILY] == 6
         l3 = meta[M_L3, i]
         if ip6:
             if glean:

@@ -18,6 +18,7 @@ from vecroute.graph.frames import enqueue, icmp_error
 from vecroute.graph.gso_segment import divert, segment_l3_len
 from vecroute.graph.node_ids import INTERFACE_OUTPUT, IP4_FRAG, IP4_REWRITE, NEIGHBOR_REQUEST
 from vecroute.graph.state import (
+    A_FAMILY,
     A_IF,
     A_NH4,
     A_NH6,
@@ -149,6 +150,8 @@ def redirect4_wanted(buf, meta, ifc, adj, i, a) -> bool:
     rx = meta[M_RX, i]
     if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
         return False
+    if adj[a, A_FAMILY] == 6:  # an IPv6 next hop (RFC 5549): no IPv4 gateway to name
+        return False
     l3 = meta[M_L3, i]
     src = rd32(buf, l3 + 12)
     gw = _gateway4(buf, l3, adj, a)
@@ -224,6 +227,8 @@ def redirect6_wanted(buf, meta, ifc, adj, if_ip6, i, a) -> bool:
     sends none for a non-link-local target either). Plain arrays only (see redirect4)."""
     rx = meta[M_RX, i]
     if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
+        return False
+    if adj[a, A_FAMILY] == 6:  # an IPv6 next hop (RFC 5549): no IPv4 gateway to name
         return False
     l3 = meta[M_L3, i]
     return (l3 - meta[M_OFF, i] == 14 and if_ip6[rx, IF6_LL, 0] != 0

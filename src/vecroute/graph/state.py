@@ -53,8 +53,11 @@ LOCAL_ANYCAST = 1  # A_NH4 of the local adjacency of subnet-router anycast addre
 # an answer to a link-local source leaves by the interface the question came in on, to the
 # MAC it came from (kept in the packet's M_AUX / M_AUX2): never through the FIB
 ADJ_REPLY = 7
+# Linux's reject routes (ip route add unreachable / prohibit): answered with an ICMP error
+ADJ_UNREACH = 8  # IPv4 host unreachable (code 1), ICMPv6 no route (code 0)
+ADJ_PROHIBIT = 9  # IPv4 administratively prohibited (code 13), ICMPv6 code 1
 ADJ_NAMES = ("rewrite", "local", "drop", "incomplete", "glean", "sr-policy", "sr-localsid",
-             "reply")
+             "reply", "unreachable", "prohibit")
 RW_MAX = 16
 
 # load-balance columns (lb int32 [n_lb, 2]): start, count in lb_buckets
