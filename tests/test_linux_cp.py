@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -20,7 +21,7 @@ from vecroute.lab import H1_V4, H1_V6, RT0_V4, RT0_V6, RT1_V4, build, start_rout
 
 pytestmark = pytest.mark.netns
 
-LCP = '[linux_cp]\nsync = false\n'
+LCP = '[linux_cp]\n'
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +117,30 @@ def test_a_port_without_mirror_keeps_answering_itself(topo):
     assert _counter(topo, "tcp-port-closed") > before
 
 
+def test_kernel_routes_on_a_mirror_are_forwarded_by_vecroute(topo):
+    """A route Linux has through the mirror (as a routing daemon would install it) is in
+    vecroute's FIB within a second and carries traffic; deleting it removes it."""
+    topo.lab.run(topo.h1, ["ip", "addr", "add", "10.99.0.1/32", "dev", "lo"])
+    topo.lab.run(topo.rt, ["ip", "route", "add", "10.99.0.0/24", "via", H1_V4, "dev",
+                           "mirror0"])
+
+    def mirrored(present: bool) -> bool:
+        rows = topo.ctl("show", "routes", "10.99.0.0/24")["data"]
+        return any(r["prefix"] == "10.99.0.0/24" for r in rows) == present
+
+    assert _wait(lambda: mirrored(True), 1.0), topo.ctl("show", "linux-cp")
+    row = next(r for r in topo.ctl("show", "routes", "10.99.0.0/24")["data"]
+               if r["prefix"] == "10.99.0.0/24")
+    assert H1_V4 in row["paths"] and topo.ports[0] in row["paths"], row
+    r = subprocess.run(["ip", "netns", "exec", topo.h2, "ping", "-c", "2", "-i", "0.1", "-W",
+                        "2", "10.99.0.1"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout
+    sync = topo.ctl("show", "linux-cp")["data"]["sync"]
+    assert sync["state"] == "synced" and sync["resyncs"] >= 0
+    topo.lab.run(topo.rt, ["ip", "route", "del", "10.99.0.0/24"])
+    assert _wait(lambda: mirrored(False), 1.0)
+
+
 def test_config_errors(tmp_path):
     base = {"interfaces": [{"name": "eth0", "addresses": ["192.0.2.1/24"]}]}
     with pytest.raises(ConfigError, match="needs a \\[linux_cp\\]"):
@@ -132,6 +157,15 @@ def test_config_errors(tmp_path):
     cfg = parse_config({"interfaces": [{"name": "eth0", "host_if": "m0"}],
                         "linux_cp": {"netns": "cp", "punt_rate": 5}})
     assert cfg.linux_cp.netns == "cp" and cfg.interfaces[0].host_if == "m0"
+
+
+def _wait(pred, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _counter(t, name: str) -> int:
