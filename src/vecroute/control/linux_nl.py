@@ -285,12 +285,33 @@ _MASK6 = [IPv6Address((_M64 << 64 | _M64) ^ ((1 << (128 - p)) - 1)) for p in ran
 _new = object.__new__
 
 
+class _Net4(IPv4Network):
+    """An IPv4Network whose hash is computed once: the FIB's dict hashes each key several
+    times per install, and ipaddress computes it anew each time (equal to and hashing
+    like the IPv4Network of the same prefix)."""
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+class _Net6(IPv6Network):
+    """The same for IPv6."""
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+_MASK4_INT = [int(m) for m in _MASK4]
+_MASK6_INT = [int(m) for m in _MASK6]
+
+
 def net4(addr: int, plen: int) -> IPv4Network:
     """IPv4Network((addr, plen)) without its parsing (a full table makes a million)."""
-    n = _new(IPv4Network)
+    n = _new(_Net4)
     a = _new(IPv4Address)
     a._ip = addr
     n.network_address, n.netmask, n._prefixlen = a, _MASK4[plen], plen
+    n._hash = hash(addr ^ _MASK4_INT[plen])  # as _BaseNetwork.__hash__
     if plen >= 31:
         n.hosts = n.__iter__ if plen == 31 else (lambda a=a: [a])
     return n
@@ -298,10 +319,11 @@ def net4(addr: int, plen: int) -> IPv4Network:
 
 def net6(addr: int, plen: int) -> IPv6Network:
     """IPv6Network((addr, plen)) without its parsing."""
-    n = _new(IPv6Network)
+    n = _new(_Net6)
     a = _new(IPv6Address)
     a._ip, a._scope_id = addr, None
     n.network_address, n.netmask, n._prefixlen = a, _MASK6[plen], plen
+    n._hash = hash(addr ^ _MASK6_INT[plen])
     if plen >= 127:
         n.hosts = n.__iter__ if plen == 127 else (lambda a=a: [a])
     return n
