@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.routing_peers import BgpNeighbor, Bird, RouterConfig, no_dad
     from vecroute.control.server import request
     from vecroute.io.netns import Lab
-    from vecroute.lab import start_router
+    from vecroute.lab import Topology, start_router
 
     v4, v6 = prefixes(args.v4, args.v6)
     work = Path(tempfile.mkdtemp(prefix="vr-conv-"))
@@ -102,11 +102,7 @@ name = "{p1}"
 addresses = ["{RT1_V4}/24"]
 """)
 
-        class T:  # what lab.start_router needs
-            pass
-
-        t = T()
-        t.lab, t.rt, t.config, t.workdir, t.socket = lab, rt, conf, work, sock
+        t = Topology(lab, work, rt=rt, config=conf, socket=sock)
         start_router(t)
         ours = RouterConfig("192.0.2.1", 65000, [
             BgpNeighbor(PEER_V4, 65001, local=RT0_V4, hold=30, keepalive=10),
@@ -125,6 +121,7 @@ addresses = ["{RT1_V4}/24"]
                                    "--src", SINK_V4, "--dst", PEER_V4, "--dst-mac", mac,
                                    "--rate", str(args.rate), "--duration", str(args.timeout)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(3)  # the generator at its rate before anything converges
             bp.start(timeout=600)  # a million static routes take BIRD a while to load
             rtb.wait_bgp(PEER_V4, timeout=120)
             rtb.wait_bgp(PEER_V6, timeout=120)
@@ -149,7 +146,13 @@ addresses = ["{RT1_V4}/24"]
                 if t_kernel is not None and t_vr is not None:
                     break
                 time.sleep(0.5)
-            result.update({"kernel_s": t_kernel, "vecroute_s": t_vr, "samples": samples})
+            during = [x["tx_pps"] for x in samples
+                      if t_vr is None or x["t"] <= t_vr]
+            result.update({"kernel_s": t_kernel, "vecroute_s": t_vr, "samples": samples,
+                           "offered_pps": args.rate,
+                           "forwarding_pps_during": sorted(during)[len(during) // 2]
+                           if during else None,
+                           "forwarding_pps_min": min(during) if during else None})
         finally:
             bp.stop()
             rtb.stop()
@@ -163,6 +166,8 @@ addresses = ["{RT1_V4}/24"]
         print(f"{len(v4)} IPv4 + {len(v6)} IPv6 prefixes; from both sessions Established: "
               f"the kernel holds all after {result['kernel_s']} s, vecroute after "
               f"{result['vecroute_s']} s")
+        print(f"forwarding during convergence: median {result['forwarding_pps_during']} pps,"
+              f" lowest {result['forwarding_pps_min']} pps (offered {args.rate})")
         for s in result["samples"][:: max(1, len(result["samples"]) // 20)]:
             print(f"  t={s['t']:7.2f}s mirrored {s['mirrored']:8d} forwarding {s['tx_pps']} pps")
     return 0
