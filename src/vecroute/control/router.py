@@ -682,6 +682,7 @@ class LiveRouter:
                     self.sync = KernelSync(self, self.cfg.linux_cp.netns,
                                            self.lcp.kernel_ifindexes())
                     self.sync.start(loop)
+            for w in self.workers:
                 w.start()
             loop.run_until_complete(self.server.start())
             if self.metrics is not None:
