@@ -270,6 +270,10 @@ class RouterConfig:
     ospf: list[OspfInterface] = field(default_factory=list)
     announce: list[str] = field(default_factory=list)
     multipath: bool = True  # ECMP over equal eBGP paths into the kernel
+    # graceful restart (RFC 4724) and its long-lived form off on both sides: a session
+    # that dies (hold timer expired) takes its routes at once, instead of leaving them
+    # in place as stale for the peer's restart time (FRR offers 120 s, BIRD keeps them)
+    graceful_restart: bool = False
 
     def announced(self, family: int) -> list[str]:
         return [str(ipaddress.ip_network(p)) for p in self.announce if _family(p) == family]
@@ -522,7 +526,9 @@ def bird_config(c: RouterConfig, log: Path) -> str:
             f"{iface}hold time {n.hold}; keepalive time {n.keepalive}; "
             f"connect retry time {n.connect_retry}; connect delay time 1; "
             "error wait time 1, 5; "
-            f"ipv{n.family} {{ import all; export where source ~ [RTS_STATIC, RTS_BGP]; "
+            + ("" if c.graceful_restart
+               else "graceful restart off; long lived graceful restart off; ")
+            + f"ipv{n.family} {{ import all; export where source ~ [RTS_STATIC, RTS_BGP]; "
             "next hop self; }; }"
         )
     for version in sorted(c.ospf_versions()):
@@ -683,6 +689,8 @@ def frr_configs(c: RouterConfig, hostname: str) -> dict[str, str]:
             " bgp bestpath as-path multipath-relax",
             " coalesce-time 100",
         ]
+        if not c.graceful_restart:
+            b.append(" bgp graceful-restart-disable")
         for n in c.bgp:
             b += [
                 f" neighbor {n.peer} remote-as {n.peer_as}",

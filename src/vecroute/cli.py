@@ -257,12 +257,17 @@ def run(config: str, log_level: str) -> None:
 @main.command()
 @click.option("--keep", is_flag=True, help="leave the lab up and print how to enter it")
 @click.option("--seconds", default=5, show_default=True, help="length of the iperf3 run")
-def lab(keep: bool, seconds: int) -> None:
+@click.option("--bgp", is_flag=True,
+              help="the routing variant: BIRD speaks eBGP with both hosts over vecroute's "
+                   "linux-cp mirrors; learnt routes, pings, a withdrawal")
+def lab(keep: bool, seconds: int, bgp: bool) -> None:
     """Build a lab of network namespaces (two hosts, vecroute between them) and show
-    ping, traceroute, iperf3 and vecroute's live counters. Needs root."""
-    from vecroute.lab import run_lab
+    ping, traceroute, iperf3 and vecroute's live counters (with --bgp: BIRD sessions
+    through vecroute's mirrors, the routes they teach vecroute, pings and a withdrawal).
+    Needs root."""
+    from vecroute.lab import run_lab, run_lab_bgp
 
-    sys.exit(run_lab(keep=keep, seconds=seconds))
+    sys.exit((run_lab_bgp if bgp else run_lab)(keep=keep, seconds=seconds))
 
 
 DEFAULT_SOCKET = "/run/vecroute/vecroute.sock"
