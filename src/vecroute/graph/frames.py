@@ -4,9 +4,9 @@ import numpy as np
 from numba import njit
 
 from vecroute.graph.counters import C_HOST_PUNT
-from vecroute.graph.node_ids import ERROR_DROP, ICMP4_ERROR, ICMP6_ERROR, PUNT
+from vecroute.graph.node_ids import ERROR_DROP, GSO_SEGMENT, ICMP4_ERROR, ICMP6_ERROR, PUNT
 from vecroute.graph.state import IFS_PUNTS
-from vecroute.packet.batch import M_AUX, M_AUX2, M_ERR, M_NEXT, M_RX
+from vecroute.packet.batch import F_GSO, M_AUX, M_AUX2, M_ERR, M_FLAGS, M_NEXT, M_RX
 
 
 @njit(cache=True, inline="always")
@@ -44,5 +44,13 @@ def punt(frames, frame_n, meta, dp, i, reason) -> None:
 
 @njit(cache=True, inline="always")
 def host_punt(frames, frame_n, meta, dp, i) -> None:
-    """Hand packet i, its whole frame, to its port's Linux mirror (linux-cp)."""
+    """Hand packet i, its whole frame, to its port's Linux mirror (linux-cp). A GRO
+    super-packet (a fast TCP sender to the router: a BGP peer sending a full table) is
+    cut first, its segments go on to the punt node (a punt record holds 2032 bytes)."""
+    if meta[M_FLAGS, i] & F_GSO:
+        meta[M_ERR, i] = C_HOST_PUNT  # the segments inherit it
+        meta[M_AUX, i] = PUNT
+        dp.if_stats[meta[M_RX, i], IFS_PUNTS] += 1
+        enqueue(frames, frame_n, meta, GSO_SEGMENT, i)
+        return
     punt(frames, frame_n, meta, dp, i, C_HOST_PUNT)

@@ -21,6 +21,7 @@ from vecroute.packet.batch import (
     F_GSO,
     M_ADJ,
     M_AUX,
+    M_ERR,
     M_FIB,
     M_FLAGS,
     M_GSO,
@@ -91,6 +92,7 @@ def gso_segment(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
             meta[M_FLAGS, s] = flags
             meta[M_ORIG, s] = meta[M_ORIG, i]
             meta[M_TRACE, s] = meta[M_TRACE, i]
+            meta[M_ERR, s] = meta[M_ERR, i]  # a host punt's reason (frames.host_punt)
             meta[M_SEQ, s] = s - first
             enqueue(frames, frame_n, meta, then, s)
         dp.counters[C.C_GSO_SEGMENTED] += 1
