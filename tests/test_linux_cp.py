@@ -196,3 +196,31 @@ def _wait(pred, timeout: float) -> bool:
 def _counter(t, name: str) -> int:
     rows = t.ctl("show", "errors")["data"]
     return sum(r["count"] for r in rows if r["counter"] == name)
+
+
+def test_mtu_too_big_for_a_mirror():
+    with pytest.raises(ConfigError, match="2018"):
+        parse_config({"interfaces": [{"name": "eth0", "host_if": "m0", "mtu": 9000}],
+                      "linux_cp": {}})
+
+
+def test_a_mirror_deleted_under_the_router_is_given_up(topo):
+    """Last in this file: it breaks the topology's mirror. The router must not spin on
+    the dead descriptor (it did: a core and 8 MB of log per second) and goes on
+    forwarding."""
+    from vecroute.lab import H2_V4
+
+    topo.lab.run(topo.rt, ["ip", "link", "del", "mirror0"])
+    assert _wait(lambda: topo.ctl("show", "linux-cp")["data"]["pairs"][0]["state"] != "up",
+                 5.0)
+
+    def cpu() -> float:
+        f = open(f"/proc/{topo.router.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+    c0 = cpu()
+    time.sleep(1.0)
+    assert cpu() - c0 < 0.3
+    r = subprocess.run(["ip", "netns", "exec", topo.h1, "ping", "-c", "2", "-i", "0.1", "-W",
+                        "2", H2_V4], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout

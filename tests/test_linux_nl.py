@@ -235,6 +235,57 @@ def test_multipath_weights(env: Env) -> None:
     assert len(env.target.fib.lbs.paths[lb]) == 4
 
 
+def test_ipv6_multipath_loses_one_hop(env: Env) -> None:
+    """IPv6 keeps each hop as a sibling route: deleting one hop leaves the others."""
+    env.ip("-6", "route", "add", "2001:db8:99::/64", "nexthop", "via", "2001:db8:1::2", "dev",
+           env.m0, "nexthop", "via", "2001:db8:2::2", "dev", env.m1)
+    env.check()
+    env.ip("-6", "route", "del", "2001:db8:99::/64", "via", "2001:db8:1::2", "dev", env.m0)
+    env.check()
+    assert (0, ipaddress.ip_network("2001:db8:99::/64")) in env.target.fib.routes
+    env.ip("-6", "route", "append", "2001:db8:99::/64", "via", "2001:db8:1::3", "dev", env.m0)
+    env.check()
+
+
+def test_nexthop_with_encap_is_not_forwarded_plain(env: Env) -> None:
+    env.ip("nexthop", "add", "id", "51", "via", "2001:db8:1::2", "dev", env.m0)
+    env.ip("-6", "route", "add", "2001:db8:79::/64", "nhid", "51")
+    env.check()
+    env.ip("nexthop", "replace", "id", "51", "encap", "seg6", "mode", "encap", "segs",
+           "2001:db8:f::1", "via", "2001:db8:1::2", "dev", env.m0)
+    env.settle()
+    assert (0, ipaddress.ip_network("2001:db8:79::/64")) not in env.target.fib.routes
+
+
+def test_messages_not_from_the_kernel_are_dropped(env: Env) -> None:
+    """Any root process in the namespace can send to our netlink socket: a forged
+    neighbour must not reach the table."""
+    import socket
+    import struct
+
+    from vecroute.io.netns import entered
+
+    port = env.sync.sock.getsockname()[0]
+    msg = struct.pack("=BBHiHBB", 2, 0, 0, env.ipx[env.m0], 0x80, 0, 0)
+    mac = b"\x02fffff"
+    attrs = struct.pack("=HH", 8, 1) + bytes([192, 0, 2, 77]) + struct.pack("=HH", 10, 2) + \
+        mac + b"\0\0"
+    body = msg + attrs
+    hdr = struct.pack("=IHHII", 16 + len(body), 28, 0, 1, 0)  # RTM_NEWNEIGH
+
+    def send() -> None:
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        s.sendto(hdr + body, (port, 0))
+        s.close()
+
+    with entered(env.ns):
+        send()
+    env.settle()
+    assert env.sync.counts.get("forged", 0) >= 1
+    assert not any(ip == ipaddress.ip_address("192.0.2.77")
+                   for (_, ip) in env.target.fib.neighbors)
+
+
 def test_nexthop_objects_and_groups(env: Env) -> None:
     env.ip("nexthop", "add", "id", "1", "via", "192.0.2.2", "dev", env.m0)
     env.ip("nexthop", "add", "id", "2", "via", "192.0.2.66", "dev", env.m1)

@@ -221,14 +221,17 @@ def parse_listen(text: Any) -> tuple[str, int]:
     return str(addr), int(port)
 
 
+MIRROR_MTU_MAX = 2018  # the most a punt / inject record carries (2032) minus Ethernet
+
+
 @dataclass
 class LinuxCpConfig:
     """``[linux_cp]``: Linux is the control plane; each port with ``host_if`` gets a TAP
     mirror there (docs/linux-cp.md)."""
 
     netns: str | None = None  # the mirrors' network namespace (None: vecroute's own)
-    punt_rate: int = 20000  # frames per second and port to the mirror
-    punt_burst: int = 2000
+    punt_rate: int = 20000  # frames per second and port (per worker) to the mirror, and
+    punt_burst: int = 256  # from it; a burst fits a quarter of the worker's punt ring
     sync: bool = True  # mirror the kernel's routes, addresses, neighbours over netlink
 
 
@@ -397,6 +400,10 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         raise ConfigError(f"{path}: interfaces: at least one [[interfaces]] is required")
     mirrors = [i.host_if for i in interfaces if i.host_if]
     for n, itf in enumerate(interfaces):
+        if itf.host_if and itf.mtu > MIRROR_MTU_MAX:
+            raise ConfigError(f"{path}: interfaces[{n}].mtu: {itf.mtu} with host_if: a mirror "
+                              f"carries frames of at most {MIRROR_MTU_MAX} bytes of IP (a "
+                              "punt or inject record holds 2032)")
         if itf.host_if and (mirrors.count(itf.host_if) > 1 or itf.host_if in names):
             raise ConfigError(f"{path}: interfaces[{n}].host_if: {itf.host_if!r} names another"
                               " interface or mirror (each mirror is a new interface of its own)")
@@ -510,7 +517,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
             raise r.err("netns", f"{ns[:40]!r}: expected a network namespace name (1-64 "
                         "printable ASCII characters, no /)")
         linux_cp = LinuxCpConfig(ns, r.int_range("punt_rate", 20000, 1, 10**7),
-                                 r.int_range("punt_burst", 2000, 1, 10**6),
+                                 r.int_range("punt_burst", 256, 1, 10**6),
                                  r.get("sync", bool, True))
         if not any(i.host_if for i in interfaces):
             raise r.err("netns" if ns else "sync", "[linux_cp] needs at least one "

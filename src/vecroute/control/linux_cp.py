@@ -24,6 +24,7 @@ import logging
 import os
 import struct
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -58,12 +59,15 @@ class Mirror:
     punt_drops: int = 0  # frames Linux's TAP queue did not take
     injected: int = 0  # frames Linux sent, handed to the port
     inject_drops: int = 0  # frames refused: the inject ring was full, or too long
-    stats: dict = field(default_factory=dict)
+    inject_policed: int = 0  # frames over the mirror's inject rate
+    dead: str = ""  # why the mirror is gone (deleted under us): nothing more is read
+    bucket: list = field(default_factory=lambda: [0.0, 0.0])  # inject tokens, last refill
 
     def row(self) -> dict:
         return {"port": self.port_name, "mirror": self.name, "netns": self.netns or "",
                 "ifindex": self.ifindex, "punted": self.punted, "punt_drops": self.punt_drops,
-                "injected": self.injected, "inject_drops": self.inject_drops}
+                "injected": self.injected, "inject_drops": self.inject_drops,
+                "inject_policed": self.inject_policed, "state": self.dead or "up"}
 
 
 def _iproute(netns: str | None):
@@ -102,6 +106,10 @@ class LinuxCp:
         lcp = cfg.linux_cp
         assert lcp is not None
         self.netns = lcp.netns
+        # what Linux may send per mirror (a compromised daemon must not take worker 0's
+        # inject ring from the ARP/ND answers, nor its batches from the ports)
+        self.inject_rate, self.inject_burst = lcp.punt_rate, lcp.punt_burst
+        self._loop = None
         self.mirrors: dict[int, Mirror] = {}
         try:
             for ifx, itf in enumerate(cfg.interfaces):
@@ -153,7 +161,7 @@ class LinuxCp:
         for p in punts:
             if p[0] in ("host", "arp", "nd"):
                 m = self.mirrors.get(p[1])
-                if m is not None:
+                if m is not None and not m.dead:
                     self._write(m, p[2])
 
     def _write(self, m: Mirror, frame: bytes) -> None:
@@ -168,18 +176,32 @@ class LinuxCp:
     def start(self, loop, send: Callable[[int, bytes], bool]) -> None:
         """Read the mirrors on ``loop``; ``send(port, frame)`` queues a frame for a port
         (False when the ring refused it)."""
+        self._loop = loop
         for m in self.mirrors.values():
+            m.bucket[:] = [float(self.inject_burst), time.monotonic()]
             loop.add_reader(m.fd, self._read, m, send)
 
     def _read(self, m: Mirror, send: Callable[[int, bytes], bool]) -> None:
+        b = m.bucket
+        now = time.monotonic()
+        b[0] = min(float(self.inject_burst), b[0] + (now - b[1]) * self.inject_rate)
+        b[1] = now
         for _ in range(READ_BUDGET):
             try:
                 frame = os.read(m.fd, FRAME_MAX)
             except BlockingIOError:
                 return
-            except OSError as e:
-                log.warning("mirror %s: read: %s", m.name, e.strerror or e)
+            except OSError as e:  # the mirror was deleted (EBADFD) or its netns: give up
+                m.dead = f"gone: {e.strerror or e}"
+                log.error("mirror %s of %s: %s; no longer read (restart to recreate it)",
+                          m.name, m.port_name, m.dead)
+                if self._loop is not None:
+                    self._loop.remove_reader(m.fd)
                 return
+            if b[0] < 1.0:
+                m.inject_policed += 1
+                continue
+            b[0] -= 1.0
             if len(frame) < 14 or len(frame) > INJECT_MAX or not send(m.port, frame):
                 m.inject_drops += 1
             else:

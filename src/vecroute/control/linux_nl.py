@@ -71,6 +71,7 @@ RTN_UNICAST, RTN_BLACKHOLE, RTN_UNREACHABLE, RTN_PROHIBIT = 1, 6, 7, 8
 RTN_NAMES = {2: "local", 3: "broadcast", 4: "anycast", 5: "multicast", 9: "throw", 10: "nat"}
 RTM_F_CLONED = 0x200
 RTNH_F_DEAD = 1
+NH_ENCAP = -2  # _Nexthop.oif of an object with an encapsulation (or an FDB one)
 IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
 NUD_INCOMPLETE, NUD_FAILED, NUD_NOARP = 0x01, 0x20, 0x40
 NTF_PROXY = 0x08
@@ -78,7 +79,7 @@ IFA_F_DADFAILED = 0x08
 RCVBUF = 128 << 20  # VPP's lcp_nl default
 RECV_CHUNK = 1 << 20  # bytes read per recv burst (then parsed in one compiled pass)
 DGRAM_MAX = 1 << 17  # room left for one datagram (dump ones are <= 32 KiB)
-BYTES_PER_CALLBACK = 8 << 20  # then let the event loop serve others
+BYTES_PER_CALLBACK = 1 << 20  # then let the event loop serve others (~0.1 s of work)
 BATCH_ROUTES = 200_000  # route messages applied to the FIB together, at most
 PATH_CACHE_MAX = 65536  # distinct inline path sets remembered (each holds its lb)
 BIG_BATCH = 20_000  # a batch this big is applied with the cyclic collector paused
@@ -547,7 +548,7 @@ class KernelSync:
             # many small datagrams (events) into one buffer, then one compiled parse
             while n < RECV_CHUNK:
                 try:
-                    k = s.recv_into(mv[n:], DGRAM_MAX)
+                    k, sender = s.recvfrom_into(mv[n:], DGRAM_MAX)
                 except BlockingIOError:
                     break
                 except OSError as e:
@@ -558,6 +559,9 @@ class KernelSync:
                     raise
                 if k == 0:
                     break
+                if sender[0] != 0:  # not the kernel: any root process could send it
+                    self.counts["forged"] = self.counts.get("forged", 0) + 1
+                    continue
                 n += (k + 3) & ~3
             if n == 0:
                 break
@@ -658,8 +662,12 @@ class KernelSync:
         fib = self._check_fib()
         key = (port, a)
         if t == RTM_NEWADDR and not flags & IFA_F_DADFAILED:
-            self._addrs[key] = self._gen
-            if fib.add_address(port, a):
+            # only what Linux added is Linux's to take away: the config's own addresses
+            # (on the mirror too) stay when they leave it, a deleted mirror included
+            added = fib.add_address(port, a)
+            if added or key in self._addrs:
+                self._addrs[key] = self._gen
+            if added:
                 self._changed()
         elif self._addrs.pop(key, None) is not None:
             if fib.del_address(port, a):
@@ -716,6 +724,8 @@ class KernelSync:
         gw = _ip(fam, at.get(6, b""))
         if flags & RTNH_F_DEAD:
             oif = -1  # a dead nexthop forwards nothing
+        if 7 in at or 8 in at or 11 in at:  # NHA_ENCAP_TYPE / NHA_ENCAP / NHA_FDB
+            oif = NH_ENCAP  # vecroute cannot do what Linux would: its routes are not mirrored
         self._nh[nid] = _Nexthop(nid, fam, oif, gw, 4 in at, group, self._gen)
         self._nh_changed(nid)
 
@@ -740,6 +750,8 @@ class KernelSync:
             if not paths:
                 return "not-mirror"
             return paths, weights
+        if o.oif == NH_ENCAP:
+            return "encap"
         if o.oif < 0:
             return "dead"
         port = self.mirrors.get(o.oif)
@@ -902,6 +914,9 @@ class KernelSync:
                     self._ignore("source-route" if bads[i] == 1 else "encap" if bads[i] == 2
                                  else "tos")
                 continue
+            if dlens[i] > (32 if f == 4 else 128):  # a lying message (the kernel sends none)
+                self._ignore("bad-prefix-length")
+                continue
             ktab = tables[i]
             table = 0 if ktab in (254, 255) else ktab
             hi = his[i] & _M64 if f == 6 else 0
@@ -926,6 +941,9 @@ class KernelSync:
             else:
                 if ent is None:
                     continue
+                if f == 6 and pk[0] == "hops" and self._del_hops(ent[1], alt, pk[1]):
+                    touched[key] = None  # IPv6 siblings: only those hops went
+                    continue
                 old = ent[1].pop(alt, None)
                 if old is None and f == 6 and len(ent[1]) == 1:
                     old = ent[1].popitem()[1]  # an IPv6 delete without its metric
@@ -936,6 +954,23 @@ class KernelSync:
             touched[key] = None
         if len(touched) >= BATCH_ROUTES:
             self._flush()
+
+    @staticmethod
+    def _del_hops(alts: dict, alt: tuple, gone: tuple) -> bool:
+        """An IPv6 RTM_DELROUTE names the hops it removes (the kernel keeps each hop of a
+        multipath route as a sibling): take those out of the route and keep the rest.
+        False when it is not such a partial delete (then the whole route goes)."""
+        if alt not in alts and len(alts) == 1:
+            alt = next(iter(alts))  # an IPv6 delete without its metric
+        cur = alts.get(alt)
+        if cur is None or cur[0] != "hops" or len(cur[1]) <= len(gone):
+            return False
+        drop = {(h[H_OIF], h[H_GWFAM], h[H_HI], h[H_LO]) for h in gone}
+        rest = tuple(h for h in cur[1] if (h[H_OIF], h[H_GWFAM], h[H_HI], h[H_LO]) not in drop)
+        if not rest or len(rest) == len(cur[1]):
+            return False
+        alts[alt] = ("hops", rest)
+        return True
 
     def _unuse(self, nid: int, key: tuple, alts: dict, skip) -> None:
         if not any(pk == ("nh", nid) for a, pk in alts.items() if a != skip):
