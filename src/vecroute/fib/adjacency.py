@@ -260,6 +260,9 @@ class LoadBalanceTable:
         self.paths[i] = tuple(buckets)
 
     def _buckets(self, adjs: list[int], weights: list[int] | None) -> list[int]:
+        """The bucket list, checked before anything is built: a weight of 0 everywhere
+        would leave no bucket (the data path divides by their number), a huge one would
+        allocate it first."""
         if not adjs:
             raise ValueError("a load-balance needs at least one path")
         weights = weights or [1] * len(adjs)
@@ -277,21 +280,7 @@ class LoadBalanceTable:
 
     def get(self, adjs: list[int], weights: list[int] | None = None) -> int:
         """The load-balance index for these adjacencies (weights replicate buckets)."""
-        if not adjs:
-            raise ValueError("a load-balance needs at least one path")
-        weights = weights or [1] * len(adjs)
-        # checked before anything is built: a weight of 0 everywhere would leave no bucket
-        # (the data path divides by their number), a huge one would allocate it first
-        if len(weights) != len(adjs) or not all(
-            isinstance(w, int) and 1 <= w <= MAX_BUCKETS for w in weights
-        ):
-            raise ValueError(f"ECMP weights must be integers 1..{MAX_BUCKETS}, one per path")
-        if sum(weights) > MAX_BUCKETS:
-            raise ValueError(f"ECMP weights add up to {sum(weights)} buckets, at most "
-                             f"{MAX_BUCKETS}")
-        buckets: list[int] = []
-        for a, w in zip(adjs, weights, strict=True):
-            buckets.extend([a] * w)
+        buckets = self._buckets(adjs, weights)
         key = tuple(buckets)
         i = self.index.get(key)
         if i is not None:

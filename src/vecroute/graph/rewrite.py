@@ -228,8 +228,6 @@ def redirect6_wanted(buf, meta, ifc, adj, if_ip6, i, a) -> bool:
     rx = meta[M_RX, i]
     if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
         return False
-    if adj[a, A_FAMILY] == 6:  # an IPv6 next hop (RFC 5549): no IPv4 gateway to name
-        return False
     l3 = meta[M_L3, i]
     return (l3 - meta[M_OFF, i] == 14 and if_ip6[rx, IF6_LL, 0] != 0
             and _nh6_is(adj, a, buf, l3 + 24) and _on_link6(if_ip6, rx, buf, l3 + 8))

@@ -66,7 +66,6 @@ from vecroute.packet.batch import (
     reset_slot,
 )
 from vecroute.packet.headers import rd32
-from vecroute.packet.intrinsics import memcpy
 
 REC_BYTES = 2048
 INJECT_MAX = SLOT - HEADROOM - 16  # the most an injected record may hold (2032 bytes)
@@ -225,6 +224,17 @@ def _police(pol, row, rx, k0, k1, k2, now) -> bool:
 
 
 @njit(cache=True, nogil=True)
+def _police_port(pol, row, rx, now) -> bool:
+    """Per reason and port only (host punts: a BGP session is one source sending fast,
+    a per-source bucket would throttle it)."""
+    reason = row * POLICE_PORTS + min(max(rx, 0), POLICE_PORTS - 1)
+    if not has_token(pol[reason], now):
+        return False
+    pol[reason, TB_CREDIT] -= NANO
+    return True
+
+
+@njit(cache=True, nogil=True)
 def punts_to_ring(buf, meta, nalloc, adj, counters, pol, ctl, hdr, data, now) -> int:
     """Copy what the graph punted (M_NEXT == DONE_PUNT) into the punt ring, policed;
     returns the records published. The next hop of a pending packet is read from the
@@ -276,33 +286,9 @@ def punts_to_ring(buf, meta, nalloc, adj, counters, pol, ctl, hdr, data, now) ->
             k0 = np.int64(rd32(buf, off + 28)) if ln >= 32 else 0  # sender IP
             k1 = np.int64(0)
         elif reason == C.C_HOST_PUNT:  # the whole frame, as the port received it
-            reason_row = P_HOST * POLICE_PORTS + min(max(rx, 0), POLICE_PORTS - 1)
-            if not has_token(pol[reason_row], now):
-                counters[C.C_PUNT_POLICED] += 1
-                ctl[R_POLICED] += 1
-                continue
-            if ln > INJECT_MAX or ln < 14:
-                counters[C.C_PUNT_MALFORMED] += 1
-                continue
-            k = ring_slot(ctl, cap)
-            if k < 0:
-                counters[C.C_PUNT_QUEUE_FULL] += 1
-                continue
-            pol[reason_row, TB_CREDIT] -= NANO
-            h = hdr[k]
-            h[PH_REASON] = reason
-            h[PH_RX] = rx
-            h[PH_LEN] = ln
-            h[PH_FIB] = meta[M_FIB, i]
-            h[PH_FLAGS] = meta[M_FLAGS, i]
-            h[PH_NH_IF] = -1
-            h[PH_NH_FAMILY] = 0
-            h[PH_NH0] = 0
-            h[PH_NH1] = 0
-            memcpy(data[k], 0, buf, off, ln)
-            ring_publish(ctl)
-            pushed += 1
-            continue
+            row = P_HOST
+            k0 = np.int64(0)
+            k1 = np.int64(0)
         elif reason == C.C_ND_PUNT:
             row = P_ND
             k0 = (np.int64(rd32(buf, off + 22)) << 32) | np.int64(rd32(buf, off + 26)) \
@@ -315,7 +301,12 @@ def punts_to_ring(buf, meta, nalloc, adj, counters, pol, ctl, hdr, data, now) ->
         if ln > INJECT_MAX or ln < 0:  # it could never come back through the inject ring
             counters[C.C_PUNT_MALFORMED] += 1
             continue
-        if not _police(pol, row, rx, k0, k1, rx * 8 + (nh_if + 1), now):
+        if row == P_HOST:
+            if not _police_port(pol, row, rx, now):
+                counters[C.C_PUNT_POLICED] += 1
+                ctl[R_POLICED] += 1
+                continue
+        elif not _police(pol, row, rx, k0, k1, rx * 8 + (nh_if + 1), now):
             counters[C.C_PUNT_POLICED] += 1
             ctl[R_POLICED] += 1
             continue
