@@ -44,7 +44,7 @@ def traced(r: Router, packets, count: int = 10, node: str = "ethernet-input",
            match: list[str] | None = None, rx: str = "eth0"):
     arm(r.state, count, node, parse_match(match) if match else None)
     res = r.run(packets, rx=rx)
-    return res, TraceExplainer(r.fib, r.firewall).explain(snapshot(r.state))
+    return res, TraceExplainer(r.fib).explain(snapshot(r.state))
 
 
 def test_forwarded_ip4_packet_is_traced_node_by_node():
@@ -277,7 +277,7 @@ def test_rule_number_is_the_one_that_decided_even_after_rules_change():
                                                "200 allow ip from any to any"]}))
     _, _ = traced(r, [eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9)])
     r.firewall.command(["add", "50", "count", "ip", "from", "any", "to", "any"], 0)
-    pkts = TraceExplainer(r.fib, r.firewall).explain(snapshot(r.state))
+    pkts = TraceExplainer(r.fib).explain(snapshot(r.state))
     fw = [s["firewall"] for s in pkts[0]["nodes"] if s["node"] == "fw-in"]
     assert fw == [{"verdict": "drop", "rule": 100}]
 

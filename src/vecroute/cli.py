@@ -186,7 +186,7 @@ def replay(
     if stats_json:
         Path(stats_json).write_text(json.dumps({"summary": summary, **views}, indent=2) + "\n")
     if tracing:
-        packets = TraceExplainer(rp.fib, rp.firewall).explain(snapshot(st))
+        packets = TraceExplainer(rp.fib).explain(snapshot(st))
         click.echo(render_text(packets), nl=False)
         if trace_json:
             Path(trace_json).write_text(json.dumps(packets, indent=1) + "\n")

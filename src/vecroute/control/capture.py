@@ -5,7 +5,7 @@ opens the file safely, drains the rings into it every few milliseconds and stops
 packet count or the size limit. The file is pcapng (RFC-draft "PCAP Next Generation",
 read by tcpdump, Wireshark and scapy): one Interface Description Block per port (its name,
 nanosecond timestamps), one Enhanced Packet Block per frame with its direction in
-``epb_flags`` and, for a drop, the reason as an ``opt_comment`` ("drop: ip4-ttl-expired:
+``epb_flags`` and, for a drop, the reason as an ``opt_comment`` ("drop: ip4-bad-checksum:
 …"), since pcapng has no standard drop-reason option.
 
 Files are created only in the configured directory (``[capture] directory``), by a plain
@@ -21,6 +21,8 @@ import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from vecroute.graph.counters import COUNTERS
 from vecroute.io.capture import (
@@ -39,7 +41,7 @@ from vecroute.io.capture import (
     CR_REASON,
     CR_TS,
 )
-from vecroute.io.channel import R_HEAD, R_TAIL
+from vecroute.io.channel import R_HEAD, R_TAIL, Ring
 
 DIRECTIONS = {"rx": CAP_RX, "tx": CAP_TX, "drop": CAP_DROP}
 LINKTYPE_ETHERNET = 1
@@ -52,7 +54,8 @@ class CaptureError(ValueError):
     """A capture that cannot start (one line)."""
 
 
-def start_capture(cfg, ring, mode: int, ifx: int, snaplen: int, count: int) -> None:
+def start_capture(cfg: np.ndarray, ring: Ring, mode: int, ifx: int, snaplen: int,
+                  count: int) -> None:
     """Set a worker's capture words (its mode last: the loop reads it first), in the
     worker's thread between two batches; what an earlier capture left in its ring (copied
     as it was being stopped) is discarded first."""

@@ -520,8 +520,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
                                  r.int_range("punt_burst", 256, 1, 10**6),
                                  r.get("sync", bool, True))
         if not any(i.host_if for i in interfaces):
-            raise r.err("netns" if ns else "sync", "[linux_cp] needs at least one "
-                        "[[interfaces]] with host_if")
+            raise ConfigError(f"{path}: linux_cp: needs at least one [[interfaces]] with "
+                              "host_if")
     elif any(i.host_if for i in interfaces):
         n = next(k for k, i in enumerate(interfaces) if i.host_if)
         raise ConfigError(f"{path}: interfaces[{n}].host_if: needs a [linux_cp] section")

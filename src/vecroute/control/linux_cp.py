@@ -19,6 +19,7 @@ ring drops, counted.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
@@ -173,7 +174,7 @@ class LinuxCp:
 
     # -- inject: frames from Linux ----------------------------------------------------------
 
-    def start(self, loop, send: Callable[[int, bytes], bool]) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop, send: Callable[[int, bytes], bool]) -> None:
         """Read the mirrors on ``loop``; ``send(port, frame)`` queues a frame for a port
         (False when the ring refused it)."""
         self._loop = loop
@@ -207,7 +208,7 @@ class LinuxCp:
             else:
                 m.injected += 1
 
-    def close(self, loop=None) -> None:
+    def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         for m in self.mirrors.values():
             if m.fd >= 0:
                 if loop is not None and not loop.is_closed():

@@ -17,8 +17,8 @@ kernel dropped messages for us; an error answer; an interrupted dump) ends in a
 resynchronisation as VPP's lcp_nl does it: dump everything again, mark what the dump
 refreshes, then sweep what it did not. The kernel also changes routes without telling
 (a link going down, an address going away: IPv4 routes vanish; a deleted nexthop object
-takes its routes): a deleted nexthop is followed here, link and address changes on a
-mirror are answered with a resynchronisation.
+takes its routes): a deleted nexthop is followed here; a mirror's link going up or down
+and an IPv4 address leaving a mirror are answered with a resynchronisation.
 """
 
 from __future__ import annotations
@@ -669,11 +669,12 @@ class KernelSync:
                 self._addrs[key] = self._gen
             if added:
                 self._changed()
-        elif self._addrs.pop(key, None) is not None:
-            if fib.del_address(port, a):
+        elif t == RTM_DELADDR:
+            if self._addrs.pop(key, None) is not None and fib.del_address(port, a):
                 self._changed()
             if self.state != "dumping" and fam == AF_INET:
-                self._error(f"address {a} left a mirror")  # its routes may vanish too
+                # the kernel drops routes through it without telling (config addresses too)
+                self._error(f"address {a} left a mirror")
 
     def _neighbor(self, t: int, data: bytes) -> None:
         fam, index, state, flags, _ = struct.unpack_from("=BxxxiHBB", data, 16)
@@ -1195,7 +1196,7 @@ class KernelSync:
     # -- introspection --------------------------------------------------------------------------
 
     def stats(self) -> dict:
-        """Counters and state for ``ctl show linux-cp`` and the metrics."""
+        """Counters and state for ``ctl show linux-cp``."""
         return {
             "state": self.state,
             "netns": self.netns,

@@ -247,6 +247,7 @@ class LiveRouter:
         self.capture: CaptureSession | None = None
         self._wake_pending = False
         self._last_publish = 0.0
+        self._paced_timer: asyncio.TimerHandle | None = None
         self._capture_timer: asyncio.TimerHandle | None = None
         self.server = ControlServer(cfg.control.socket, self)
         if self._metrics_sock is not None:
@@ -332,16 +333,22 @@ class LiveRouter:
         self.neigh.changed = False
         if self.loop is None or not self.loop.is_running():
             self._publish()
-        elif not self._commit_pending:
+            return
+        if self._commit_pending and not paced and self._paced_timer is not None:
+            self._paced_timer.cancel()  # an operator's change does not wait for the pace
+            self._paced_timer = None
+            self._commit_pending = False
+        if not self._commit_pending:
             self._commit_pending = True
             wait = self._last_publish + PUBLISH_MIN_S - time.monotonic() if paced else 0
             if wait > 0:
-                self.loop.call_later(wait, self._publish)
+                self._paced_timer = self.loop.call_later(wait, self._publish)
             else:
                 self.loop.call_soon(self._publish)
 
     def _publish(self) -> None:
         self._commit_pending = False
+        self._paced_timer = None
         self._last_publish = time.monotonic()
         tables = self._tables()
         for w in self.workers:
@@ -426,7 +433,7 @@ class LiveRouter:
                 for w in self.workers]
 
     def trace_explainer(self) -> TraceExplainer:
-        return TraceExplainer(self.fib, self.firewall)
+        return TraceExplainer(self.fib)
 
     def pcap_start(self, iface: str, direction: str, name: str, count: int,
                    snaplen: int) -> dict:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from vecroute.fib.fib import Fib
 from vecroute.graph import trace as T
 from vecroute.graph.counters import COUNTERS
 from vecroute.graph.node_ids import (
@@ -316,12 +317,12 @@ def headers_text(layers: list[dict[str, Any]]) -> str:
 
 
 class TraceExplainer:
-    """Reads a FIB (and firewall) to explain what the nodes decided: the tables the
+    """Reads a FIB to explain what the nodes decided (the firewall's verdicts and rule
+    numbers are in the records themselves): the tables the
     worker used, or their successor when they changed since (said so then)."""
 
-    def __init__(self, fib, firewall=None) -> None:
+    def __init__(self, fib: Fib) -> None:
         self.fib = fib
-        self.firewall = firewall
         self.names = [itf.name for itf in fib.interfaces]
         self.table_ids = {4: fib.lpm[4].table_ids, 6: fib.lpm[6].table_ids}
         # a packet's bytes are the same at most nodes, and a flow's packets ask the FIB the

@@ -427,16 +427,6 @@ class Fib:
         return n
 
     @_changes
-    def set_route(self, route: Route, lb: int) -> None:
-        """Install one prepared route (kind, paths set) on load-balance ``lb``."""
-        if self.lpm[route.prefix.version].table_index(route.table) < 0:
-            try:
-                self.lpm[route.prefix.version].table_index(route.table, create=True)
-            except ValueError as e:
-                raise RouteError(str(e)) from None
-        self._install(route, lb)
-
-    @_changes
     def remove_route(self, table: int, prefix: IPNetwork) -> Route | None:
         """Remove a route whatever its kind (the netlink mirror's own ones)."""
         return self._uninstall(table, prefix)

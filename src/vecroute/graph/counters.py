@@ -125,8 +125,8 @@ COUNTERS: tuple[Counter, ...] = (
         "gso-segmented",
         "gso-segment",
         "event",
-        "GSO super-packet cut into ordinary packets in software (it needed fragmenting or"
-        " SRv6)",
+        "GSO super-packet cut into ordinary packets in software (it needed fragmenting,"
+        " SRv6 or a punt to a Linux mirror)",
     ),
     Counter(
         "gso-bad", "gso-segment", "drop", "GSO super-packet with headers that cannot be cut"

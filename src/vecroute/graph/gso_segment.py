@@ -2,8 +2,9 @@
 
 Super-packets (TCP, UDP GSO; up to 64 KiB, kept whole in a jumbo slot) normally traverse
 the graph once and leave whole with their virtio-net header: the kernel segments them only
-if it must. Two paths need ordinary packets: IPv4 fragmentation (DF clear and segments
-larger than the egress MTU) and SRv6 (encapsulation, local SIDs). Those send the packet
+if it must. Three paths need ordinary packets: IPv4 fragmentation (DF clear and segments
+larger than the egress MTU), SRv6 (encapsulation, local SIDs) and host punts to a Linux
+mirror (a punt record holds 2032 bytes). Those send the packet
 here with the node to continue at in M_AUX (``divert``). Each segment (headers copied;
 lengths, ids, sequence numbers and checksums rewritten, as the kernel's tcp_gso_segment /
 __udp_gso_segment: packet/gso.py) takes a spare slot and continues there with the
@@ -97,3 +98,4 @@ def gso_segment(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
             enqueue(frames, frame_n, meta, then, s)
         dp.counters[C.C_GSO_SEGMENTED] += 1
         meta[M_NEXT, i] = DONE_DROP  # it lives on as its segments: no drop counted
+        meta[M_ERR, i] = -1  # (nor captured as one: a host punt's reason went on with them)

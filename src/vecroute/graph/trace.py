@@ -9,7 +9,7 @@ record keeps the packet's metadata after the node and the first ``TRACE_SNAP`` b
 its frame. The control plane decodes the records (control/trace.py).
 
 When nothing is armed or traced the dispatcher pays two word loads per node call, none
-per packet. Memory is fixed: ``TRACE_RECORDS`` records per worker (~3.3 MB); a record
+per packet. Memory is fixed: ``TRACE_RECORDS`` records per worker (~3.1 MB); a record
 that does not fit is counted in ``TR_LOST`` and the trace ends there.
 """
 

@@ -56,7 +56,7 @@ def capture_config() -> np.ndarray:
 @njit(cache=True, nogil=True)
 def _put(cfg, ctl, hdr, data, buf, meta, i, ifx, direction, reason, ts) -> None:
     if cfg[CP_LEFT] <= 0:
-        cfg[CP_MODE] = 0  # done: the control plane sees the count and closes the file
+        cfg[CP_MODE] = 0  # this worker's share is written (the control plane counts them all)
         return
     k = ring_slot(ctl, hdr.shape[0])
     if k < 0:

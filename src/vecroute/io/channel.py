@@ -118,7 +118,7 @@ POLICE_ROWS = POLICE_REASONS + POLICE_KEYS
 #: defaults (rate per second, burst): per reason, then per destination (Linux queues
 #: unres_qlen = 101 packets per unresolved neighbour; VPP's punt policer works per reason)
 PUNT_RATES = {"arp": (2000, 512), "nd": (2000, 512), "pending": (2000, 512),
-              "host": (20000, 2000)}
+              "host": (20000, 256)}  # (linux-cp sets its own: [linux_cp] punt_rate/burst)
 PUNT_KEY_RATE = (100, 128)
 
 

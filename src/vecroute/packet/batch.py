@@ -48,7 +48,7 @@ M_GSO = 17  # F_GSO: virtio-net gso_type | gso_size << 8 (the segment payload si
 M_CSUM = 18  # F_CSUM_PARTIAL: L4 checksum start from the L3 header | offset in L4 << 16
 # packet trace (graph/trace.py): the traced packet's id, 0 = not traced. Not reset per
 # slot: the dispatcher zeroes the row after a batch that traced anything, so it costs an
-# untraced batch nothing; a generated packet inherits its original's id (alloc_slot)
+# untraced batch nothing; a generated packet inherits its parent's id (alloc_slot)
 M_TRACE = 19
 N_META = 20
 
