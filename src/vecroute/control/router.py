@@ -59,7 +59,6 @@ from vecroute.io.worker import DataPlaneWorker
 
 log = logging.getLogger("vecroute.router")
 TICK_S = 0.1  # neighbour timers run every 100 ms
-PUBLISH_MIN_S = 0.05  # FIB publications to the workers, at most one per this
 CAPTURE_DRAIN_S = 0.02  # a running capture empties the workers' rings this often
 CAPTURE_PER_DRAIN = 1024  # records per ring per pop
 PUNTS_PER_CALLBACK = 256  # then let the event loop serve others before reading more
@@ -246,8 +245,6 @@ class LiveRouter:
             ))
         self.capture: CaptureSession | None = None
         self._wake_pending = False
-        self._last_publish = 0.0
-        self._paced_timer: asyncio.TimerHandle | None = None
         self._capture_timer: asyncio.TimerHandle | None = None
         self.server = ControlServer(cfg.control.socket, self)
         if self._metrics_sock is not None:
@@ -323,33 +320,19 @@ class LiveRouter:
             p = self._published = (self.fib, self.fib.version, self.fib.state().frozen())
         return p[2]
 
-    def commit(self, paced: bool = False) -> None:
+    def commit(self) -> None:
         """Publish the FIB's changes to every worker (swapped in between two batches), then
         what waited to be injected (so it meets the new tables). Changes made within one
-        turn of the event loop are published together: one copy, one swap. ``paced``
-        (the netlink sync: a routing daemon's full table is a stream of changes): at most
-        one publication every PUBLISH_MIN_S, as each copies the tables and briefly takes
-        every worker out of its loop to swap them."""
+        turn of the event loop are published together: one copy, one swap."""
         self.neigh.changed = False
         if self.loop is None or not self.loop.is_running():
             self._publish()
-            return
-        if self._commit_pending and not paced and self._paced_timer is not None:
-            self._paced_timer.cancel()  # an operator's change does not wait for the pace
-            self._paced_timer = None
-            self._commit_pending = False
-        if not self._commit_pending:
+        elif not self._commit_pending:
             self._commit_pending = True
-            wait = self._last_publish + PUBLISH_MIN_S - time.monotonic() if paced else 0
-            if wait > 0:
-                self._paced_timer = self.loop.call_later(wait, self._publish)
-            else:
-                self.loop.call_soon(self._publish)
+            self.loop.call_soon(self._publish)
 
     def _publish(self) -> None:
         self._commit_pending = False
-        self._paced_timer = None
-        self._last_publish = time.monotonic()
         tables = self._tables()
         for w in self.workers:
             w.swap(tables).add_done_callback(_log_failure)
@@ -696,7 +679,7 @@ class LiveRouter:
                 if self.cfg.linux_cp.sync:
                     from vecroute.control.linux_nl import KernelSync
 
-                    self.sync = KernelSync(_Paced(self), self.cfg.linux_cp.netns,
+                    self.sync = KernelSync(self, self.cfg.linux_cp.netns,
                                            self.lcp.kernel_ifindexes())
                     self.sync.start(loop)
             for w in self.workers:
@@ -799,24 +782,6 @@ class LiveRouter:
             self.ports.restore()
         if not quiet:
             log.info("vecroute stopped")
-
-
-class _Paced:
-    """The router as the netlink sync sees it: its tables, its commits paced."""
-
-    def __init__(self, router: LiveRouter) -> None:
-        self._router = router
-
-    @property
-    def fib(self):
-        return self._router.fib
-
-    @property
-    def neigh(self):
-        return self._router.neigh
-
-    def commit(self) -> None:
-        self._router.commit(paced=True)
 
 
 async def _in_daemon_thread(fn: Callable, *args: object) -> object:
