@@ -28,7 +28,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from vecroute.control.metrics import MetricsSource, router_registry
-from vecroute.control.server import stop_serving
+from vecroute.control.server import serve_connection, stop_serving
 
 log = logging.getLogger("vecroute.metrics")
 
@@ -142,37 +142,25 @@ class MetricsServer(Collector):
         if self._closed or len(self._conns) >= MAX_CONNECTIONS:
             self._refuse(writer)
             return
-        task = asyncio.current_task()
-        self._conns[task] = writer
+        await serve_connection(self._conns, writer, self._answer(reader, writer),
+                               "metrics connection", logging.DEBUG, WRITE_TIMEOUT)
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = await self._serve(reader)
+        if data is None:
+            return
+        writer.write(data)
+        async with asyncio.timeout(WRITE_TIMEOUT):
+            await writer.drain()
+        # a close with unread input (a body, the rest of a huge head) would reset the
+        # connection and could destroy the response before the client read it
+        writer.write_eof()
         try:
-            data = await self._serve(reader)
-            if data is not None:
-                writer.write(data)
-                async with asyncio.timeout(WRITE_TIMEOUT):
-                    await writer.drain()
-                # a close with unread input (a body, the rest of a huge head) would reset
-                # the connection and could destroy the response before the client read it
-                writer.write_eof()
-                try:
-                    async with asyncio.timeout(LINGER_S):
-                        while await reader.read(MAX_HEAD):
-                            pass
-                except TimeoutError:
+            async with asyncio.timeout(LINGER_S):
+                while await reader.read(MAX_HEAD):
                     pass
-            writer.close()
-            async with asyncio.timeout(WRITE_TIMEOUT):
-                await writer.wait_closed()
-        except (TimeoutError, OSError) as e:
-            log.debug("metrics connection dropped: %s", e or type(e).__name__)
-            writer.transport.abort()
-        except asyncio.CancelledError:
-            writer.transport.abort()
-            raise
-        except Exception:  # noqa: BLE001 - one connection's bug must not stop the router
-            log.exception("metrics connection failed")
-            writer.transport.abort()
-        finally:
-            self._conns.pop(task, None)
+        except TimeoutError:
+            pass
 
     def _refuse(self, writer: asyncio.StreamWriter) -> None:
         """503 without waiting for anything: the answer fits the socket buffer; the

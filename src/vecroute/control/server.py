@@ -28,6 +28,7 @@ import pwd
 import socket
 import stat
 import struct
+from collections.abc import Awaitable
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
 
@@ -114,24 +115,8 @@ class ControlServer:
             writer.write(_line(_error(f"busy: {MAX_CONNECTIONS} control connections open")))
             writer.close()
             return
-        task = asyncio.current_task()
-        self._conns[task] = writer
-        try:
-            await self._serve(reader, writer)
-            writer.close()
-            async with asyncio.timeout(WRITE_TIMEOUT):
-                await writer.wait_closed()  # the reply's tail reaches the client
-        except (TimeoutError, OSError) as e:
-            log.info("control connection dropped: %s", e or type(e).__name__)
-            writer.transport.abort()
-        except asyncio.CancelledError:
-            writer.transport.abort()
-            raise
-        except Exception:  # noqa: BLE001 - one connection's bug must not stop the server
-            log.exception("control connection failed")
-            writer.transport.abort()
-        finally:
-            self._conns.pop(task, None)
+        await serve_connection(self._conns, writer, self._serve(reader, writer),
+                               "control connection", logging.INFO, WRITE_TIMEOUT)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = writer.get_extra_info("socket")
@@ -353,6 +338,31 @@ def _alive(path: str) -> bool:
         return True
     finally:
         s.close()
+
+
+async def serve_connection(conns: dict, writer: asyncio.StreamWriter, body: Awaitable,
+                           what: str, drop_level: int, write_timeout: float) -> None:
+    """One connection's life: registered in ``conns`` (task -> writer) while ``body``
+    runs, then closed within ``write_timeout`` (its tail reaches the client); a timeout,
+    an OS error or a bug aborts it, never the server."""
+    task = asyncio.current_task()
+    conns[task] = writer
+    try:
+        await body
+        writer.close()
+        async with asyncio.timeout(write_timeout):
+            await writer.wait_closed()
+    except (TimeoutError, OSError) as e:
+        log.log(drop_level, "%s dropped: %s", what, e or type(e).__name__)
+        writer.transport.abort()
+    except asyncio.CancelledError:
+        writer.transport.abort()
+        raise
+    except Exception:  # noqa: BLE001 - one connection's bug must not stop the server
+        log.exception("%s failed", what)
+        writer.transport.abort()
+    finally:
+        conns.pop(task, None)
 
 
 def stop_serving(server: asyncio.AbstractServer | None, sock: socket.socket,
