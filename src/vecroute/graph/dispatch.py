@@ -15,6 +15,7 @@ from vecroute.graph import node_ids as N
 from vecroute.graph.arp_input import arp_input
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.ethernet_input import ethernet_input
+from vecroute.graph.fast_path import fused_forward
 from vecroute.graph.firewall import fw_node
 from vecroute.graph.gso_segment import gso_segment
 from vecroute.graph.icmp_error import icmp4_error, icmp6_error
@@ -37,6 +38,7 @@ from vecroute.graph.state import (
     NS_CLOCKS,
     NS_PACKETS,
     OPT_FW,
+    OPT_NO_FUSED,
     DataPlaneState,
 )
 from vecroute.graph.tcp_reset import tcp_reset
@@ -106,6 +108,10 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
         first = meta[M_NEXT, i]
         frames[first, frame_n[first]] = i
         frame_n[first] += 1
+    opts = dp.opts
+    if (opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) == 0 and opts[OPT_NO_FUSED] == 0 and (
+            trace[TR_LEFT] <= 0):
+        fused_forward(buf, meta, frames, frame_n, txl, txn, dp, now)  # the plain packets
     reass_expire(buf, meta, nalloc, frames, frame_n, dp, now)  # bounded: the oldest few
     busy = True
     while busy:

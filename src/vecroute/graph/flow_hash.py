@@ -30,12 +30,9 @@ def mix64(x: np.uint64) -> np.uint64:
 
 
 @njit(cache=True, inline="always")
-def _ports(buf, meta, i) -> np.uint64:
-    p = meta[M_PROTO, i]
-    l4 = meta[M_L4, i]
-    end = meta[M_OFF, i] + meta[M_LEN, i]
-    if (p == PROTO_TCP or p == PROTO_UDP) and l4 > 0 and l4 + 4 <= end:
-        if not (meta[M_FLAGS, i] & F_FRAG):  # all fragments of a datagram hash alike
+def _ports_at(buf, l4, end, proto, frag) -> np.uint64:
+    if (proto == PROTO_TCP or proto == PROTO_UDP) and l4 > 0 and l4 + 4 <= end:
+        if not frag:  # all fragments of a datagram hash alike
             return np.uint64(rd32(buf, l4))
     return np.uint64(0)
 
@@ -48,21 +45,33 @@ def _nonzero32(h: np.uint64) -> np.uint32:
     return v if v != np.uint32(0) else np.uint32(1)
 
 
-@njit(cache=True)
-def flow_hash4(buf, meta, i) -> np.uint32:
-    l3 = meta[M_L3, i]
+@njit(cache=True, inline="always")
+def flow_hash4_at(buf, l3, l4, end, proto, frag) -> np.uint32:
+    """The IPv4 flow hash from the header offsets themselves (the fused path has them in
+    registers, not yet in the metadata); ``end`` is where the IP packet ends."""
     a = (np.uint64(rd32(buf, l3 + 12)) << np.uint64(32)) | np.uint64(rd32(buf, l3 + 16))
-    b = (_ports(buf, meta, i) << np.uint64(8)) | np.uint64(meta[M_PROTO, i] & 0xFF)
-    h = mix64(a ^ mix64(b))
-    return _nonzero32(h)
+    b = (_ports_at(buf, l4, end, proto, frag) << np.uint64(8)) | np.uint64(proto & 0xFF)
+    return _nonzero32(mix64(a ^ mix64(b)))
 
 
-@njit(cache=True)
-def flow_hash6(buf, meta, i) -> np.uint32:
-    l3 = meta[M_L3, i]
+@njit(cache=True, inline="always")
+def flow_hash6_at(buf, l3, l4, end, proto, frag) -> np.uint32:
+    """The IPv6 flow hash from the header offsets (see flow_hash4_at)."""
     # the four address words, each multiplied by its own odd constant so that swapping or
     # repeating words does not cancel out, then two mixing rounds (was nine: 40 ns/packet)
     a = (rd64(buf, l3 + 8) * _K1 + rd64(buf, l3 + 16) * _K2 + rd64(buf, l3 + 24) * _K3
          + rd64(buf, l3 + 32) * _K4)
-    b = (_ports(buf, meta, i) << np.uint64(8)) | np.uint64(meta[M_PROTO, i] & 0xFF)
+    b = (_ports_at(buf, l4, end, proto, frag) << np.uint64(8)) | np.uint64(proto & 0xFF)
     return _nonzero32(mix64(a ^ mix64(b)))
+
+
+@njit(cache=True)
+def flow_hash4(buf, meta, i) -> np.uint32:
+    return flow_hash4_at(buf, meta[M_L3, i], meta[M_L4, i], meta[M_OFF, i] + meta[M_LEN, i],
+                         meta[M_PROTO, i], meta[M_FLAGS, i] & F_FRAG)
+
+
+@njit(cache=True)
+def flow_hash6(buf, meta, i) -> np.uint32:
+    return flow_hash6_at(buf, meta[M_L3, i], meta[M_L4, i], meta[M_OFF, i] + meta[M_LEN, i],
+                         meta[M_PROTO, i], meta[M_FLAGS, i] & F_FRAG)

@@ -143,21 +143,25 @@ def _gateway4(buf, l3, adj, a) -> np.uint32:
 
 
 @njit(cache=True, inline="always")
-def redirect4_wanted(buf, meta, ifc, adj, i, a) -> bool:
-    """RFC 1812 5.2.7.2: packet i (leaving by the interface it came in on) goes to a next
-    hop on its source's subnet, the interface sends redirects, and it is no ICMP error.
-    Plain arrays only: this runs for every such packet (dp per call costs refcounts)."""
-    rx = meta[M_RX, i]
-    if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
+def redirect4_wanted_at(buf, l3, rx, flags, ifc, adj, a) -> bool:
+    """RFC 1812 5.2.7.2: the packet at l3 (received on rx, leaving by rx again) goes to a
+    next hop on its source's subnet, the interface sends redirects, and it is no ICMP
+    error. Plain arrays only: this runs for every such packet (dp per call costs refcounts)."""
+    if ifc[rx, I_REDIRECTS] == 0 or flags & F_ICMP_ERROR:
         return False
     if adj[a, A_FAMILY] == 6:  # an IPv6 next hop (RFC 5549): no IPv4 gateway to name
         return False
-    l3 = meta[M_L3, i]
     src = rd32(buf, l3 + 12)
     gw = _gateway4(buf, l3, adj, a)
     me = np.uint32(ifc[rx, I_IP4])
     mask = np.uint32(ifc[rx, I_IP4_MASK])
     return not (me == 0 or (src ^ me) & mask or (gw ^ me) & mask or src == gw)
+
+
+@njit(cache=True, inline="always")
+def redirect4_wanted(buf, meta, ifc, adj, i, a) -> bool:
+    """redirect4_wanted_at for packet i."""
+    return redirect4_wanted_at(buf, meta[M_L3, i], meta[M_RX, i], meta[M_FLAGS, i], ifc, adj, a)
 
 
 @njit(cache=True)
@@ -219,18 +223,25 @@ def _on_link6(if_ip6, rx, buf, o) -> bool:
 
 
 @njit(cache=True, inline="always")
-def redirect6_wanted(buf, meta, ifc, adj, if_ip6, i, a) -> bool:
-    """RFC 4861 8.2: packet i leaves by the interface it came in on for a destination on
-    the sender's own link (its adjacency's next hop is the destination itself, and the
-    source is on-link). A better router on the link would have to be named by its
-    link-local address, which configured next hops do not give: no redirect then (Linux
-    sends none for a non-link-local target either). Plain arrays only (see redirect4)."""
-    rx = meta[M_RX, i]
-    if ifc[rx, I_REDIRECTS] == 0 or meta[M_FLAGS, i] & F_ICMP_ERROR:
+def redirect6_wanted_at(buf, l3, l2len, rx, flags, ifc, adj, if_ip6, a) -> bool:
+    """RFC 4861 8.2: the packet at l3 (received on rx with an L2 header of l2len bytes,
+    leaving by rx again) is for a destination on the sender's own link (its adjacency's
+    next hop is the destination itself, and the source is on-link). A better router on the
+    link would have to be named by its link-local address, which configured next hops do
+    not give: no redirect then (Linux sends none for a non-link-local target either).
+    Plain arrays only (see redirect4_wanted_at)."""
+    if ifc[rx, I_REDIRECTS] == 0 or flags & F_ICMP_ERROR:
         return False
-    l3 = meta[M_L3, i]
-    return (l3 - meta[M_OFF, i] == 14 and if_ip6[rx, IF6_LL, 0] != 0
+    return (l2len == 14 and if_ip6[rx, IF6_LL, 0] != 0
             and _nh6_is(adj, a, buf, l3 + 24) and _on_link6(if_ip6, rx, buf, l3 + 8))
+
+
+@njit(cache=True, inline="always")
+def redirect6_wanted(buf, meta, ifc, adj, if_ip6, i, a) -> bool:
+    """redirect6_wanted_at for packet i."""
+    l3 = meta[M_L3, i]
+    return redirect6_wanted_at(buf, l3, l3 - meta[M_OFF, i], meta[M_RX, i], meta[M_FLAGS, i],
+                               ifc, adj, if_ip6, a)
 
 
 @njit(cache=True)

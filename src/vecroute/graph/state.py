@@ -98,6 +98,7 @@ OPT_LIVE = 0  # 1: a live control plane runs: punt unresolved-neighbour packets 
               # and punt a copy of ARP requests it answers (so it learns the requester)
 OPT_FIB_GEN = 1  # generation of the FIB: SR policies' cached first-hop adjacencies compare it
 OPT_FW = 2  # FW_RUN_IN | FW_RUN_OUT: a firewall is attached (the graph runs fw-in / fw-out)
+OPT_NO_FUSED = 3  # 1: every packet walks the nodes (graph/fast_path.py off: A/B, tests)
 OPT_COLS = 4
 FW_RUN_IN = 1
 FW_RUN_OUT = 2

@@ -1,0 +1,288 @@
+"""The fused common path (graph/fast_path.py) against the node graph it short-cuts.
+
+The oracle is the graph itself with the fused path off (``OPT_NO_FUSED``): two routers
+built from the same config get the same frames, and everything observable must agree —
+the frames sent (bytes, port, origin, order among a packet's offspring), every counter,
+the interface statistics, each packet's fate and the packets per node in ``show runtime``.
+The corpus mixes plain traffic with every kind of exception and with random byte
+mutations of plain packets, so packets of both kinds share batches. Forwarded frames are
+also checked with scapy, and a direct call checks that what the fused path hands back is
+exactly what arrived.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from conftest import (
+    BCAST,
+    DST4,
+    DST4_INCOMPLETE,
+    DST4_NOROUTE,
+    DST4_SMALL,
+    DST6,
+    DST6_INCOMPLETE,
+    DST6_NOROUTE,
+    DST6_SMALL,
+    H0,
+    H0_IP4,
+    H0_IP6,
+    R0,
+    R0_IP4,
+    R0_IP6,
+    R1,
+    Router,
+    assert_checksums,
+    base_config,
+    eth,
+)
+from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_RR
+from scapy.layers.inet6 import (
+    ICMPv6DestUnreach,
+    ICMPv6EchoRequest,
+    IPv6,
+    IPv6ExtHdrFragment,
+    IPv6ExtHdrHopByHop,
+    IPv6ExtHdrRouting,
+)
+from scapy.layers.l2 import ARP, Ether
+
+from vecroute.graph.dispatch import Graph
+from vecroute.graph.fast_path import fused_forward
+from vecroute.graph.node_ids import ETHERNET_INPUT, NODE_NAMES
+from vecroute.graph.state import DP, NS_CALLS, NS_PACKETS, OPT_NO_FUSED
+from vecroute.packet.batch import M_NEXT, N_META, SLOT
+
+H0B = "02:00:00:00:aa:11"  # a second host on eth0: the redirect's better gateway
+H0B_IP4 = "198.51.100.11"
+BACK4 = "198.18.5.5"  # routed back out eth0 via H0B: a redirect is due for H0's packets
+ECMP4 = "203.0.114.7"  # two next hops on eth1
+ECMP6 = "2001:db8:400::7"
+
+
+def _config() -> dict:
+    cfg = base_config()
+    cfg["routes"] += [
+        {"prefix": "198.18.5.0/24", "via": H0B_IP4},
+        {"prefix": "203.0.114.0/24", "via": ["192.0.2.2", "192.0.2.4"]},
+        {"prefix": "2001:db8:400::/48", "via": ["2001:db8:2::2", "2001:db8:2::4"]},
+    ]
+    cfg["neighbors"] += [
+        {"ip": H0B_IP4, "mac": H0B, "interface": "eth0"},
+        {"ip": "192.0.2.4", "mac": "02:00:00:00:bb:04", "interface": "eth1"},
+        {"ip": "2001:db8:2::4", "mac": "02:00:00:00:bb:04", "interface": "eth1"},
+    ]
+    return cfg
+
+
+def _plain(rng: random.Random):
+    """A plain packet of a random flow (what the fused path is for)."""
+    sport, dport = rng.randrange(1024, 65536), rng.choice((53, 80, 443, 4789))
+    pick = rng.randrange(8)
+    if pick == 0:
+        return eth() / IP(src=H0_IP4, dst=DST4, ttl=rng.randrange(2, 256)) / UDP(
+            sport=sport, dport=dport) / (b"u" * rng.randrange(0, 80))
+    if pick == 1:
+        return eth() / IP(src=H0_IP4, dst=ECMP4) / TCP(sport=sport, dport=dport, flags="A")
+    if pick == 2:
+        return eth() / IP(src=H0_IP4, dst=DST4, flags="DF") / ICMP(id=sport, seq=1) / b"ping"
+    if pick == 3:
+        return eth() / IP(src=H0_IP4, dst=BACK4) / UDP(sport=sport, dport=dport)
+    if pick == 4:
+        return eth() / IPv6(src=H0_IP6, dst=DST6, hlim=rng.randrange(2, 256)) / UDP(
+            sport=sport, dport=dport) / (b"v" * rng.randrange(0, 80))
+    if pick == 5:
+        return eth() / IPv6(src=H0_IP6, dst=ECMP6) / TCP(sport=sport, dport=dport)
+    if pick == 6:
+        return eth() / IPv6(src=H0_IP6, dst=DST6) / ICMPv6EchoRequest(id=sport)
+    return eth() / IPv6(src=H0_IP6, dst=DST6) / ICMPv6DestUnreach() / IPv6(
+        src=DST6, dst=H0_IP6) / UDP()
+
+
+EXCEPTIONS = [
+    # IPv4: TTL, MTU, neighbour, route, local, options, fragments, addresses, L2
+    eth() / IP(src=H0_IP4, dst=DST4, ttl=1) / UDP(),
+    eth() / IP(src=H0_IP4, dst=DST4_SMALL, flags="DF") / UDP() / (b"x" * 1000),
+    eth() / IP(src=H0_IP4, dst=DST4_SMALL) / UDP() / (b"x" * 1000),
+    eth() / IP(src=H0_IP4, dst=DST4_INCOMPLETE) / UDP(),
+    eth() / IP(src=H0_IP4, dst=DST4_NOROUTE) / UDP(),
+    eth() / IP(src=H0_IP4, dst=R0_IP4) / ICMP(),
+    eth() / IP(src=H0_IP4, dst=DST4, options=[IPOption_RR()]) / UDP(),
+    eth() / IP(src=H0_IP4, dst=DST4, flags="MF") / UDP(),
+    eth() / IP(src=H0_IP4, dst=DST4, frag=3) / (b"f" * 16),
+    eth() / IP(src="169.254.1.1", dst=DST4) / UDP(),
+    eth() / IP(src=H0_IP4, dst="169.254.9.9") / UDP(),
+    eth() / IP(src="127.0.0.1", dst=DST4) / UDP(),
+    eth() / IP(src=H0_IP4, dst="224.0.0.5") / UDP(),
+    eth() / IP(src=H0_IP4, dst="255.255.255.255") / UDP(),
+    eth() / IP(src=H0_IP4, dst="0.1.2.3") / UDP(),
+    eth(dst=BCAST) / IP(src=H0_IP4, dst=DST4) / UDP(),
+    eth(dst="02:00:00:00:99:99") / IP(src=H0_IP4, dst=DST4) / UDP(),
+    eth() / IP(src=H0_IP4, dst=DST4, chksum=0x1234) / UDP(),
+    eth() / IP(src=H0_IP4, dst=DST4, len=200) / UDP(),
+    eth() / IP(src=H0_IP4, dst=DST4, len=10) / UDP(),
+    eth() / IP(src=H0_IP4, dst=DST4, version=5) / UDP(),
+    eth() / ARP(op=1, hwsrc=H0, psrc=H0_IP4, pdst=R0_IP4),
+    # IPv6: hop limit, MTU, neighbour, route, local, extension headers, scopes
+    eth() / IPv6(src=H0_IP6, dst=DST6, hlim=1) / UDP(),
+    eth() / IPv6(src=H0_IP6, dst=DST6_SMALL) / UDP() / (b"y" * 1300),
+    eth() / IPv6(src=H0_IP6, dst=DST6_INCOMPLETE) / UDP(),
+    eth() / IPv6(src=H0_IP6, dst=DST6_NOROUTE) / UDP(),
+    eth() / IPv6(src=H0_IP6, dst=R0_IP6) / ICMPv6EchoRequest(),
+    eth() / IPv6(src=H0_IP6, dst=DST6) / IPv6ExtHdrHopByHop() / UDP(),
+    eth() / IPv6(src=H0_IP6, dst=DST6) / IPv6ExtHdrFragment(m=1) / UDP(),
+    eth() / IPv6(src=H0_IP6, dst=DST6) / IPv6ExtHdrRouting(addresses=[DST6]) / UDP(),
+    eth() / IPv6(src="fe80::1", dst=DST6) / UDP(),
+    eth() / IPv6(src=H0_IP6, dst="fe80::9") / UDP(),
+    eth() / IPv6(src=H0_IP6, dst="ff02::1") / ICMPv6EchoRequest(),
+    eth() / IPv6(src="::", dst=DST6) / UDP(),
+    eth() / IPv6(src=H0_IP6, dst="::1") / UDP(),
+    eth() / IPv6(src=H0_IP6, dst=DST6, plen=500) / UDP(),
+    Ether(dst=R0, src=H0, type=0x88B5) / (b"z" * 50),
+    Ether(dst=R0, src=H0, type=0x0800) / b"\x45\x00",
+]
+
+
+def _corpus(seed: int, n: int) -> list[bytes]:
+    """Plain packets, exceptions and random byte mutations of plain packets, shuffled."""
+    rng = random.Random(seed)
+    out = [bytes(p) for p in EXCEPTIONS]
+    for _ in range(n):
+        f = bytearray(bytes(_plain(rng)))
+        if rng.random() < 0.35:  # a lying field somewhere in the L2/L3/L4 headers
+            for _ in range(rng.randrange(1, 3)):
+                f[rng.randrange(0, min(len(f), 70))] = rng.randrange(256)
+        if rng.random() < 0.1:
+            f += bytes(rng.randrange(1, 20))  # Ethernet padding
+        out.append(bytes(f))
+    rng.shuffle(out)
+    return out
+
+
+def _pair() -> tuple[Router, Router]:
+    fused, nodes = Router(_config()), Router(_config())
+    nodes.state.opts[OPT_NO_FUSED] = 1
+    return fused, nodes
+
+
+def _observed(r: Router, res) -> dict:
+    return {
+        "tx": [(t.ifname, t.data, t.orig, t.seq) for t in res.tx],
+        "counters": res.counters,
+        "fates": res.fates,
+        "if_stats": r.state.if_stats.tolist(),
+        "node_packets": {NODE_NAMES[i]: int(v)
+                         for i, v in enumerate(r.state.node_stats[:, NS_PACKETS]) if v},
+    }
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fused_path_equals_the_node_graph(seed: int) -> None:
+    frames = _corpus(seed, 700)
+    fused, nodes = _pair()
+    a = _observed(fused, fused.run(frames, now_ns=10**9))
+    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
+    for key in a:
+        assert a[key] == b[key], key
+    # the corpus did exercise both sides: plain packets forwarded, exceptions of each kind
+    assert a["counters"]["ip4-forwarded"] > 200 and a["counters"]["ip6-forwarded"] > 200
+    for c in ("ip4-bad-checksum", "ttl-expired", "no-route", "redirect-sent",
+              "ip6-bad-ext" if "ip6-bad-ext" in a["counters"] else "ip6-bad-length"):
+        assert a["counters"].get(c, 0) > 0, c
+
+
+def test_fused_path_equals_the_node_graph_when_redirects_are_rate_limited() -> None:
+    """With no token left, ip4-rewrite forwards without a redirect: so does the fused path."""
+    rng = random.Random(9)
+    frames = [bytes(eth() / IP(src=H0_IP4, dst=BACK4) / UDP(sport=rng.randrange(1, 65535)))
+              for _ in range(300)]
+    fused, nodes = _pair()
+    for r in (fused, nodes):
+        r.set_icmp_rate(1, 2)
+    a = _observed(fused, fused.run(frames, now_ns=10**9))
+    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
+    assert a == b
+    assert a["counters"]["redirect-sent"] == 2 and a["counters"]["ip4-forwarded"] == 300
+
+
+def test_forwarded_frames_read_back_with_scapy() -> None:
+    """What the fused path emits, as scapy reads it: new MACs, TTL / hop limit - 1, the IPv4
+    checksum right (scapy recomputes it), padding trimmed, everything else as sent."""
+    rng = random.Random(4)
+    sent = [_plain(rng) for _ in range(200)]
+    sent = [Ether(bytes(p)) for p in sent if (IP in p and p[IP].dst != BACK4) or IPv6 in p]
+    fused, _ = _pair()
+    wires = [bytes(p) + bytes(7) for p in sent]  # 7 bytes of Ethernet padding each
+    res = fused.run(wires)
+    assert len(res.tx) == len(sent)
+    node_calls = fused.state.node_stats[ETHERNET_INPUT]
+    assert node_calls[0] == 1, "one batch, all plain: the fused pass alone (one call)"
+    for t in res.tx:
+        p, q = sent[t.orig], t.pkt
+        assert q[Ether].src == R1 and t.ifname == "eth1"
+        if IP in p:
+            assert q[IP].ttl == p[IP].ttl - 1
+            assert bytes(q[IP].payload) == bytes(p[IP].payload)
+            assert len(bytes(q)) == 14 + p[IP].len
+        else:
+            assert q[IPv6].hlim == p[IPv6].hlim - 1
+            assert bytes(q[IPv6].payload) == bytes(p[IPv6].payload)
+            assert len(bytes(q)) == 14 + 40 + p[IPv6].plen
+        assert_checksums(q)
+
+
+def test_what_is_handed_back_is_untouched() -> None:
+    """A direct call on a batch of exceptions and plain packets: the plain ones leave, the
+    rest stay in ethernet-input's frame in arrival order, bytes and metadata as loaded."""
+    r, _ = _pair()
+    rng = random.Random(5)
+    plain = [bytes(eth() / IP(src=H0_IP4, dst=DST4) / UDP(sport=rng.randrange(1, 9999)))
+             for _ in range(20)]
+    frames = [f for pair in zip(plain, [bytes(p) for p in EXCEPTIONS[:20]], strict=True)
+              for f in pair]
+    b = r.batch
+    lens = np.array([len(f) for f in frames], np.int32)
+    offs = np.concatenate([[0], np.cumsum(lens[:-1])]).astype(np.int64)
+    data = np.frombuffer(b"".join(frames), np.uint8)
+    n = b.load(data, offs, lens, np.zeros(len(frames), np.int64),
+               np.zeros(len(frames), np.int32), 0, len(frames))
+    g: Graph = r.graph
+    g.frame_n[:] = 0
+    g.frames[ETHERNET_INPUT, :n] = np.arange(n)
+    g.frame_n[ETHERNET_INPUT] = n
+    g.txn[0] = 0
+    buf0, meta0 = b.buf.copy(), b.meta.copy()
+    fused_forward(b.buf, b.meta, g.frames, g.frame_n, g.txl, g.txn, DP(*r.state.args()), 0)
+    left = list(g.frames[ETHERNET_INPUT, : g.frame_n[ETHERNET_INPUT]])
+    sent = list(g.txl[: g.txn[0]])
+    assert sent == list(range(0, n, 2)), "every plain packet, in order"
+    assert left == list(range(1, n, 2)), "every exception, in order"
+    for i in left:
+        assert (b.buf[i * SLOT:(i + 1) * SLOT] == buf0[i * SLOT:(i + 1) * SLOT]).all()
+        assert (b.meta[:, i] == meta0[:, i]).all()
+        assert b.meta[M_NEXT, i] == ETHERNET_INPUT
+    assert b.meta.shape[0] == N_META
+
+
+def test_off_while_a_trace_selects_and_with_a_firewall() -> None:
+    """A trace that is selecting packets, and a firewall, turn the fused pass off: every
+    packet then walks the nodes (ethernet-input is called once per batch, not twice), and
+    the fused router still agrees with the node graph."""
+    from vecroute.control.trace import arm, disarm
+
+    rng = random.Random(6)
+    frames = [bytes(_plain(rng)) for _ in range(100)] + [bytes(p) for p in EXCEPTIONS]
+    r, _ = _pair()
+    arm(r.state, 1000, "ethernet-input", None)
+    r.run(frames)
+    assert r.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 1
+    disarm(r.state)
+    r.run(frames)
+    assert r.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 3, "on again: fused + nodes"
+    cfg = _config()
+    cfg["firewall"] = {"default": "allow", "rules": ["100 allow ip from any to any"]}
+    fw = Router(cfg)
+    fw.run(frames)
+    assert fw.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 1
