@@ -254,7 +254,8 @@ def test_what_is_handed_back_is_untouched() -> None:
     g.frame_n[ETHERNET_INPUT] = n
     g.txn[0] = 0
     buf0, meta0 = b.buf.copy(), b.meta.copy()
-    fused_forward(b.buf, b.meta, g.frames, g.frame_n, g.txl, g.txn, DP(*r.state.args()), 0)
+    fused_forward(b.buf, b.meta, g.frames, g.frame_n, g.txl, g.txn, DP(*r.state.args()), None,
+                  None, None, 0)
     left = list(g.frames[ETHERNET_INPUT, : g.frame_n[ETHERNET_INPUT]])
     sent = list(g.txl[: g.txn[0]])
     assert sent == list(range(0, n, 2)), "every plain packet, in order"
@@ -266,10 +267,9 @@ def test_what_is_handed_back_is_untouched() -> None:
     assert b.meta.shape[0] == N_META
 
 
-def test_off_while_a_trace_selects_and_with_a_firewall() -> None:
-    """A trace that is selecting packets, and a firewall, turn the fused pass off: every
-    packet then walks the nodes (ethernet-input is called once per batch, not twice), and
-    the fused router still agrees with the node graph."""
+def test_off_while_a_trace_selects() -> None:
+    """A trace that is selecting packets turns the fused pass off: every packet then walks
+    the nodes (ethernet-input is called once per batch, not twice)."""
     from vecroute.control.trace import arm, disarm
 
     rng = random.Random(6)
@@ -281,8 +281,42 @@ def test_off_while_a_trace_selects_and_with_a_firewall() -> None:
     disarm(r.state)
     r.run(frames)
     assert r.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 3, "on again: fused + nodes"
+
+
+FW_RULES = [
+    "100 deny udp from any to any 4789",
+    "200 reject tcp from any to 203.0.114.0/24 80",
+    "300 reset tcp from any to 2001:db8:400::/48 443",
+    "400 unreach port udp from any to 2001:db8:100::/48 53",
+    "500 deny ip from any to table(bad) out",
+    "600 deny icmp from any to any out xmit eth1 icmptypes 3",
+    "700 allow ip from any to any",
+]
+
+
+@pytest.mark.parametrize("default_only", [False, True])
+def test_fused_path_with_a_firewall_equals_the_node_graph(default_only: bool) -> None:
+    """With a firewall, the candidates are classified in the fused pass (fw-in, fw-out);
+    the verdicts, rule counters, answers (reject, unreach, reset) and everything else must
+    be the node graph's."""
     cfg = _config()
-    cfg["firewall"] = {"default": "allow", "rules": ["100 allow ip from any to any"]}
-    fw = Router(cfg)
-    fw.run(frames)
-    assert fw.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 1
+    cfg["firewall"] = (
+        {"default": "allow", "rules": []} if default_only else
+        {"default": "deny", "rules": FW_RULES,
+         "tables": [{"name": "bad", "type": "addr", "entries": ["203.0.113.0/26",
+                                                                "2001:db8:100::/64"]}]})
+    fused, nodes = Router(cfg), Router(cfg)
+    nodes.state.opts[OPT_NO_FUSED] = 1
+    frames = _corpus(7, 700)
+    a = _observed(fused, fused.run(frames, now_ns=10**9))
+    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
+    for key in a:
+        assert a[key] == b[key], key
+    assert fused.firewall.show() == nodes.firewall.show(), "rule counters"
+    assert a["node_packets"].get("fw-in", 0) > 500
+    if not default_only:
+        for c in ("fw-deny", "fw-reject", "fw-reset", "ip4-forwarded", "ip6-forwarded"):
+            assert a["counters"].get(c, 0) > 0, c
+    # the plain packets were classified in the fused pass: ethernet-input ran twice a batch
+    assert fused.state.node_stats[ETHERNET_INPUT, NS_CALLS] > nodes.state.node_stats[
+        ETHERNET_INPUT, NS_CALLS]

@@ -108,10 +108,8 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
         first = meta[M_NEXT, i]
         frames[first, frame_n[first]] = i
         frame_n[first] += 1
-    opts = dp.opts
-    if (opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) == 0 and opts[OPT_NO_FUSED] == 0 and (
-            trace[TR_LEFT] <= 0):
-        fused_forward(buf, meta, frames, frame_n, txl, txn, dp, now)  # the plain packets
+    if dp.opts[OPT_NO_FUSED] == 0 and trace[TR_LEFT] <= 0:  # the plain packets, fused
+        fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now)
     reass_expire(buf, meta, nalloc, frames, frame_n, dp, now)  # bounded: the oldest few
     busy = True
     while busy:

@@ -20,23 +20,37 @@ packets) is left in ethernet-input's frame untouched, and the graph handles it e
 as before. Nothing is written to a packet or its metadata before it is known to take this
 path, so a packet handed back is bit-for-bit as it arrived.
 
+With a firewall, fw-in classifies the candidates right after parsing and fw-out those
+about to leave, with the nodes' own code (graph/firewall.py fw_classify, fw_act). A
+classified packet cannot go back to ethernet-input (its rules were counted, its state
+kept): what the fused path does not forward then goes on from the node it would have
+reached, with the metadata ip4/ip6-input left. One difference with the nodes: within one
+batch, the candidates are classified before the packets that walk the nodes, so a
+keep-state rule created by a non-plain packet is seen by a plain one of the same batch
+only from the next batch on.
+
 The counters are those the nodes would have raised (interface rx/tx, fib-lookups,
-ip4/ip6-forwarded) and ``show runtime`` keeps its per-node packets: the pass counts one
-call of each node it covers, and splits its clocks among them (see _attribute). The
-dispatcher skips this pass while a firewall runs or a trace is selecting packets (every
-traced packet keeps its per-node trail), and when ``OPT_NO_FUSED`` is set.
+ip4/ip6-forwarded, the firewall's) and ``show runtime`` keeps its per-node packets: the
+pass counts one call of each node it covers, and splits its clocks among them (see
+_account). The dispatcher skips this pass while a trace is selecting packets (every traced
+packet keeps its per-node trail) and when ``OPT_NO_FUSED`` is set.
 """
 
 import numpy as np
 from numba import njit
 
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec, lpm6_lookup_vec
+from vecroute.firewall.classifier import DIR_IN, DIR_OUT, V_PASS
 from vecroute.graph import counters as C
 from vecroute.graph.cycles import readcyclecounter
+from vecroute.graph.firewall import fw_act, fw_classify
 from vecroute.graph.flow_hash import flow_hash4_at, flow_hash6_at
+from vecroute.graph.frames import enqueue
 from vecroute.graph.node_ids import (
     DONE_TX,
     ETHERNET_INPUT,
+    FW_IN,
+    FW_OUT,
     INTERFACE_OUTPUT,
     IP4_INPUT,
     IP4_LOOKUP,
@@ -51,6 +65,8 @@ from vecroute.graph.state import (
     A_RWLEN,
     A_TYPE,
     ADJ_REWRITE,
+    FW_RUN_IN,
+    FW_RUN_OUT,
     I_FIB4,
     I_FIB6,
     I_MTU,
@@ -63,6 +79,7 @@ from vecroute.graph.state import (
     NS_CALLS,
     NS_CLOCKS,
     NS_PACKETS,
+    OPT_FW,
 )
 from vecroute.graph.token_bucket import has_token
 from vecroute.packet.batch import (
@@ -102,9 +119,6 @@ from vecroute.packet.headers import (
     wr16,
 )
 from vecroute.packet.intrinsics import memcpy
-
-FAM4 = 1
-FAM6 = 2
 
 
 @njit(cache=True, inline="always")
@@ -169,19 +183,65 @@ def _plain6(buf, l3, avail) -> bool:
 
 
 @njit(cache=True, inline="always")
-def _attribute(node_stats, nodes, n, clocks) -> None:
-    """One call and n packets for each node of a fused stage, the stage's clocks split
-    evenly among them."""
-    share = clocks // np.int64(len(nodes))
-    for nd in nodes:
-        node_stats[nd, NS_CALLS] += 1
-        node_stats[nd, NS_PACKETS] += n
-        node_stats[nd, NS_CLOCKS] += share
+def _charge(node_stats, node, pkts, clocks) -> None:
+    """One call of ``node`` with ``pkts`` packets and ``clocks`` cycles (none: nothing)."""
+    if pkts > 0:
+        node_stats[node, NS_CALLS] += 1
+        node_stats[node, NS_PACKETS] += pkts
+        node_stats[node, NS_CLOCKS] += clocks
 
 
 @njit(cache=True)
-def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, now) -> None:
-    """Forward the plain packets of ethernet-input's frame; leave the rest in it."""
+def _account(node_stats, parsed4, parsed6, fwin, looked4, looked6, fwout, fwd4, fwd6,
+             clk_parse, clk_fwin, clk_lookup, clk_fwout, clk_rewrite) -> None:
+    """The fused pass in ``show runtime``: the packets each node would have seen, and each
+    pass's clocks split among the nodes it stands for (two-node passes evenly, the
+    families in proportion to their packets)."""
+    p = max(parsed4 + parsed6, 1)
+    _charge(node_stats, ETHERNET_INPUT, parsed4 + parsed6, clk_parse // 2)
+    _charge(node_stats, IP4_INPUT, parsed4, clk_parse // 2 * parsed4 // p)
+    _charge(node_stats, IP6_INPUT, parsed6, clk_parse // 2 * parsed6 // p)
+    _charge(node_stats, FW_IN, fwin, clk_fwin)
+    lk = max(looked4 + looked6, 1)
+    _charge(node_stats, IP4_LOOKUP, looked4, clk_lookup * looked4 // lk)
+    _charge(node_stats, IP6_LOOKUP, looked6, clk_lookup * looked6 // lk)
+    _charge(node_stats, FW_OUT, fwout, clk_fwout)
+    f = max(fwd4 + fwd6, 1)
+    _charge(node_stats, IP4_REWRITE, fwd4, clk_rewrite // 2 * fwd4 // f)
+    _charge(node_stats, IP6_REWRITE, fwd6, clk_rewrite // 2 * fwd6 // f)
+    _charge(node_stats, INTERFACE_OUTPUT, fwd4 + fwd6, clk_rewrite // 2)
+
+
+@njit(cache=True, inline="always")
+def _icmp_error_flag(buf, l3, iplen, proto, ip6) -> int:
+    """F_ICMP_ERROR when the packet is an ICMP error message (as ip4/ip6-input decide)."""
+    if ip6:
+        if proto == PROTO_ICMPV6 and iplen > IP6_HLEN and buf[l3 + IP6_HLEN] < 128:
+            return F_ICMP_ERROR
+        return 0
+    if proto == PROTO_ICMP and iplen > IP4_HLEN:
+        t = buf[l3 + IP4_HLEN]  # ip4-input's is_icmp4_error_type
+        if t == 3 or t == 4 or t == 5 or t == 11 or t == 12 or t > 18:
+            return F_ICMP_ERROR
+    return 0
+
+
+# what became of a candidate
+PENDING = 0  # still on the fused path
+SENT = 1  # forwarded
+GONE = 2  # handed to a node past ethernet-input (a firewall verdict, or on to the lookup)
+BACK = 3  # back to ethernet-input, untouched
+
+
+@njit(cache=True)
+def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -> None:
+    """Forward the plain packets of ethernet-input's frame; leave the rest in it.
+
+    With a firewall (``fw``, its key and verdict scratch ``fwk``/``fwv``) the candidates
+    are classified in the same pass (fw-in after parsing, fw-out with the adjacency
+    chosen); once classified, a packet cannot go back: what the fused path does not
+    forward then continues at the node it would have reached (the verdict's, or the
+    lookup), with its metadata as ip4/ip6-input and fw-in would have left it."""
     k = frame_n[ETHERNET_INPUT]
     if k == 0:
         return
@@ -189,17 +249,22 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, now) -> None:
     ifc, if_mac, if_ip6, if_stats, adj, adj_rw, lb, lbb, tb = (
         dp.ifc, dp.if_mac, dp.if_ip6, dp.if_stats, dp.adj, dp.adj_rw, dp.lb, dp.lb_buckets,
         dp.icmp_tb)
+    fw_in = False
+    fw_out = False
+    if fw is not None:
+        fw_in = (dp.opts[OPT_FW] & FW_RUN_IN) != 0
+        fw_out = (dp.opts[OPT_FW] & FW_RUN_OUT) != 0
+    staged = fw_in or fw_out
     t0 = readcyclecounter()
-    fam = np.zeros(k, np.uint8)
-    idx4 = np.empty(k, np.int64)
-    tab4 = np.empty(k, np.int64)
-    dst4 = np.empty(k, np.uint32)
-    idx6 = np.empty(k, np.int64)
-    tab6 = np.empty(k, np.int64)
-    hi6 = np.empty(k, np.uint64)
-    lo6 = np.empty(k, np.uint64)
-    n4 = 0
-    n6 = 0
+    # -- 1. parse and validate: the candidates, in arrival order
+    slot = np.empty(k, np.int64)
+    pos = np.empty(k, np.int64)  # index in ethernet-input's frame
+    ip6 = np.zeros(k, np.bool_)
+    iplen = np.empty(k, np.int64)
+    tab = np.empty(k, np.int64)
+    state = np.zeros(k, np.uint8)
+    nc = 0
+    parsed4 = 0
     for j in range(k):
         i = frames[ETHERNET_INPUT, j]
         ln = np.int64(meta[M_LEN, i])
@@ -212,166 +277,221 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, now) -> None:
         et = rd16(buf, o + 12)
         l3 = o + ETH_HLEN
         if et == ETH_P_IP:
-            if _plain4(buf, l3, ln - ETH_HLEN):
-                fam[j] = FAM4
-                idx4[n4] = j
-                tab4[n4] = ifc[rx, I_FIB4]
-                dst4[n4] = rd32(buf, l3 + 16)
-                n4 += 1
+            if not _plain4(buf, l3, ln - ETH_HLEN):
+                continue
+            iplen[nc] = rd16(buf, l3 + 2)
+            tab[nc] = ifc[rx, I_FIB4]
+            parsed4 += 1
         elif et == ETH_P_IPV6:
-            if _plain6(buf, l3, ln - ETH_HLEN):
-                fam[j] = FAM6
-                idx6[n6] = j
-                tab6[n6] = ifc[rx, I_FIB6]
-                hi6[n6] = rd64(buf, l3 + 24)
-                lo6[n6] = rd64(buf, l3 + 32)
-                n6 += 1
-    if n4 + n6 == 0:
+            if not _plain6(buf, l3, ln - ETH_HLEN):
+                continue
+            iplen[nc] = IP6_HLEN + np.int64(rd16(buf, l3 + 4))
+            tab[nc] = ifc[rx, I_FIB6]
+            ip6[nc] = True
+        else:
+            continue
+        slot[nc] = i
+        pos[nc] = j
+        nc += 1
+    if nc == 0:
         return  # nothing plain: the graph pays only this scan
+    parsed6 = nc - parsed4
+    if staged:  # past ip4/ip6-input for good: its metadata, as the nodes would have it
+        for c in range(nc):
+            i = slot[c]
+            l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
+            proto = np.int32(buf[l3 + 9]) if not ip6[c] else np.int32(buf[l3 + 6])
+            rx = meta[M_RX, i]
+            if_stats[rx, IFS_RX_PKTS] += 1  # ethernet-input's, before the padding goes
+            if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
+            meta[M_LEN, i] = ETH_HLEN + iplen[c]
+            meta[M_L3, i] = l3
+            meta[M_L4, i] = l3 + (IP6_HLEN if ip6[c] else IP4_HLEN)
+            meta[M_PROTO, i] = proto
+            meta[M_FIB, i] = tab[c]
+            meta[M_FLAGS, i] = (F_IP6 if ip6[c] else 0) | _icmp_error_flag(
+                buf, l3, iplen[c], proto, ip6[c])
     t1 = readcyclecounter()
+    # -- fw-in over the candidates
+    if fw_in:
+        fw_classify(slot, nc, buf, meta, dp, fw, fwk, fwv, now, DIR_IN)
+        for c in range(nc):
+            if fwv[0, c] != V_PASS:
+                fw_act(frames, frame_n, meta, slot[c], fwv[0, c], fwv[2, c], ip6[c])
+                state[c] = GONE
+    t2 = readcyclecounter()
+    # -- 2. one vector lookup per family
+    idx4 = np.empty(nc, np.int64)
+    dst4 = np.empty(nc, np.uint32)
+    tab4 = np.empty(nc, np.int64)
+    idx6 = np.empty(nc, np.int64)
+    hi6 = np.empty(nc, np.uint64)
+    lo6 = np.empty(nc, np.uint64)
+    tab6 = np.empty(nc, np.int64)
+    n4 = 0
+    n6 = 0
+    for c in range(nc):
+        if state[c] != PENDING:
+            continue
+        l3 = np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN
+        if ip6[c]:
+            idx6[n6] = c
+            hi6[n6] = rd64(buf, l3 + 24)
+            lo6[n6] = rd64(buf, l3 + 32)
+            tab6[n6] = tab[c]
+            n6 += 1
+        else:
+            idx4[n4] = c
+            dst4[n4] = rd32(buf, l3 + 16)
+            tab4[n4] = tab[c]
+            n4 += 1
+    val = np.full(nc, -1, np.int32)
     v4 = np.empty(n4, np.int32)
     v6 = np.empty(n6, np.int32)
     lpm4_lookup_vec(dp.fib4_roots, dp.fib4_groups, tab4, dst4, n4, v4)
     lpm6_lookup_vec(dp.fib6_roots, dp.fib6_groups, tab6, hi6, lo6, n6, v6)
-    t2 = readcyclecounter()
+    for q in range(n4):
+        val[idx4[q]] = v4[q]
+    for q in range(n6):
+        val[idx6[q]] = v6[q]
+    t3 = readcyclecounter()
+    # -- 3. the adjacency: one this path can finish, or the nodes take over
+    adjs = np.empty(nc, np.int64)
+    hashes = np.zeros(nc, np.uint32)
+    looked4 = 0
+    looked6 = 0
+    for c in range(nc):
+        if state[c] != PENDING:
+            continue
+        i = slot[c]
+        v = val[c]
+        ok = v >= 0
+        if ok:
+            rx = meta[M_RX, i]
+            l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
+            six = ip6[c]
+            proto = np.int32(buf[l3 + 6]) if six else np.int32(buf[l3 + 9])
+            nb = lb[v, LB_N]
+            h = np.uint32(0)
+            if nb > 1:
+                if six:
+                    h = flow_hash6_at(buf, l3, l3 + IP6_HLEN, l3 + iplen[c], proto, 0)
+                else:
+                    h = flow_hash4_at(buf, l3, l3 + IP4_HLEN, l3 + iplen[c], proto, 0)
+                a = lbb[lb[v, LB_START] + np.int64(h % np.uint32(nb))]
+            else:
+                a = lbb[lb[v, LB_START]]
+            ifx = adj[a, A_IF]
+            flags = _icmp_error_flag(buf, l3, iplen[c], proto, six)
+            if adj[a, A_TYPE] != ADJ_REWRITE or iplen[c] > ifc[ifx, I_MTU]:
+                ok = False
+            elif ifx == rx:  # back out the way it came: the node would send a redirect?
+                if six:
+                    ok = not redirect6_wanted_at(buf, l3, ETH_HLEN, rx, flags | F_IP6, ifc,
+                                                 adj, if_ip6, a)
+                else:
+                    ok = not (redirect4_wanted_at(buf, l3, rx, flags, ifc, adj, a)
+                              and has_token(tb, now))
+            adjs[c] = a
+            hashes[c] = h
+        if not ok:
+            if staged:  # the lookup node takes it from here (and looks it up itself)
+                enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6[c] else IP4_LOOKUP, i)
+                state[c] = GONE
+            else:
+                state[c] = BACK
+        elif ip6[c]:
+            looked6 += 1
+        else:
+            looked4 += 1
+    t4 = readcyclecounter()
+    # -- fw-out over what would leave
+    nout = 0
+    if fw_out:
+        work = np.empty(nc, np.int64)
+        back = np.empty(nc, np.int64)
+        for c in range(nc):
+            if state[c] == PENDING:
+                i = slot[c]
+                meta[M_ADJ, i] = adjs[c]
+                work[nout] = i
+                back[nout] = c
+                nout += 1
+        fw_classify(work, nout, buf, meta, dp, fw, fwk, fwv, now, DIR_OUT)
+        for q in range(nout):
+            if fwv[0, q] != V_PASS:
+                c = back[q]
+                fw_act(frames, frame_n, meta, slot[c], fwv[0, q], fwv[2, q], ip6[c])
+                state[c] = GONE
+    t5 = readcyclecounter()
+    # -- the rewrite and the transmit list
     tx = txn[0]
     f4 = 0
-    for q in range(n4):
-        j = idx4[q]
-        v = v4[q]
-        fam[j] = 0  # handed back unless it leaves below
-        if v < 0:
-            continue
-        i = frames[ETHERNET_INPUT, j]
-        rx = meta[M_RX, i]
-        l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
-        tot = np.int64(rd16(buf, l3 + 2))
-        proto = np.int32(buf[l3 + 9])
-        nb = lb[v, LB_N]
-        h = np.uint32(0)
-        if nb > 1:
-            h = flow_hash4_at(buf, l3, l3 + IP4_HLEN, l3 + tot, proto, 0)
-            a = lbb[lb[v, LB_START] + np.int64(h % np.uint32(nb))]
-        else:
-            a = lbb[lb[v, LB_START]]
-        flags = 0
-        if proto == PROTO_ICMP and tot > IP4_HLEN:
-            t = buf[l3 + IP4_HLEN]  # an error message (ip4-input's is_icmp4_error_type)
-            if t == 3 or t == 4 or t == 5 or t == 11 or t == 12 or t > 18:
-                flags = F_ICMP_ERROR
-        ifx = adj[a, A_IF]
-        if adj[a, A_TYPE] != ADJ_REWRITE or tot > ifc[ifx, I_MTU] or (
-                ifx == rx and redirect4_wanted_at(buf, l3, rx, flags, ifc, adj, a)
-                and has_token(tb, now)):  # ip4-rewrite would send a redirect
-            continue
-        fam[j] = FAM4
-        f4 += 1
-        old = rd16(buf, l3 + 8)
-        new = np.uint32(old - np.uint32(0x100))
-        wr16(buf, l3 + 8, new)
-        wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
-        rw = np.int64(adj[a, A_RWLEN])
-        out = l3 - rw
-        memcpy(buf, out, adj_rw[a], 0, rw)
-        if_stats[rx, IFS_RX_PKTS] += 1
-        if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
-        if_stats[ifx, IFS_TX_PKTS] += 1
-        if_stats[ifx, IFS_TX_BYTES] += rw + tot
-        meta[M_FLAGS, i] = flags
-        meta[M_OFF, i] = out
-        meta[M_LEN, i] = rw + tot
-        meta[M_L3, i] = l3
-        meta[M_L4, i] = l3 + IP4_HLEN
-        meta[M_PROTO, i] = proto
-        meta[M_FIB, i] = tab4[q]
-        meta[M_ADJ, i] = a
-        meta[M_HASH, i] = np.int32(h)
-        meta[M_TX, i] = ifx
-        meta[M_NEXT, i] = DONE_TX
-        txl[tx] = i
-        tx += 1
     f6 = 0
-    for q in range(n6):
-        j = idx6[q]
-        v = v6[q]
-        fam[j] = 0
-        if v < 0:
+    for c in range(nc):
+        if state[c] != PENDING:
             continue
-        i = frames[ETHERNET_INPUT, j]
+        state[c] = SENT
+        i = slot[c]
+        a = adjs[c]
+        ifx = adj[a, A_IF]
         rx = meta[M_RX, i]
         l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
-        iplen = IP6_HLEN + np.int64(rd16(buf, l3 + 4))
-        proto = np.int32(buf[l3 + 6])
-        nb = lb[v, LB_N]
-        h = np.uint32(0)
-        if nb > 1:
-            h = flow_hash6_at(buf, l3, l3 + IP6_HLEN, l3 + iplen, proto, 0)
-            a = lbb[lb[v, LB_START] + np.int64(h % np.uint32(nb))]
+        ln = iplen[c]
+        six = ip6[c]
+        if six:
+            buf[l3 + 7] -= 1
+            proto = np.int32(buf[l3 + 6])
+            f6 += 1
         else:
-            a = lbb[lb[v, LB_START]]
-        flags = F_IP6
-        if proto == PROTO_ICMPV6 and iplen > IP6_HLEN and buf[l3 + IP6_HLEN] < 128:
-            flags |= F_ICMP_ERROR
-        ifx = adj[a, A_IF]
-        if adj[a, A_TYPE] != ADJ_REWRITE or iplen > ifc[ifx, I_MTU] or (ifx == rx and (
-                redirect6_wanted_at(buf, l3, ETH_HLEN, rx, flags, ifc, adj, if_ip6, a))):
-            continue
-        fam[j] = FAM6
-        f6 += 1
-        buf[l3 + 7] -= 1
+            old = rd16(buf, l3 + 8)
+            new = np.uint32(old - np.uint32(0x100))
+            wr16(buf, l3 + 8, new)
+            wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
+            proto = np.int32(buf[l3 + 9])
+            f4 += 1
         rw = np.int64(adj[a, A_RWLEN])
         out = l3 - rw
         memcpy(buf, out, adj_rw[a], 0, rw)
-        if_stats[rx, IFS_RX_PKTS] += 1
-        if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
+        if not staged:  # what ip4/ip6-input would have noted (staged: done above)
+            if_stats[rx, IFS_RX_PKTS] += 1
+            if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
+            meta[M_L3, i] = l3
+            meta[M_L4, i] = l3 + (IP6_HLEN if six else IP4_HLEN)
+            meta[M_PROTO, i] = proto
+            meta[M_FIB, i] = tab[c]
+            meta[M_FLAGS, i] = (F_IP6 if six else 0) | _icmp_error_flag(buf, l3, ln, proto,
+                                                                        six)
         if_stats[ifx, IFS_TX_PKTS] += 1
-        if_stats[ifx, IFS_TX_BYTES] += rw + iplen
-        meta[M_FLAGS, i] = flags
+        if_stats[ifx, IFS_TX_BYTES] += rw + ln
         meta[M_OFF, i] = out
-        meta[M_LEN, i] = rw + iplen
-        meta[M_L3, i] = l3
-        meta[M_L4, i] = l3 + IP6_HLEN
-        meta[M_PROTO, i] = proto
-        meta[M_FIB, i] = tab6[q]
+        meta[M_LEN, i] = rw + ln
         meta[M_ADJ, i] = a
-        meta[M_HASH, i] = np.int32(h)
+        meta[M_HASH, i] = np.int32(hashes[c])
         meta[M_TX, i] = ifx
         meta[M_NEXT, i] = DONE_TX
         txl[tx] = i
         tx += 1
     txn[0] = tx
-    rest = 0  # the graph's share, in arrival order
+    # what goes back to ethernet-input, in arrival order
+    keep = np.ones(k, np.bool_)
+    for c in range(nc):
+        if state[c] != BACK:
+            keep[pos[c]] = False
+    rest = 0
     for j in range(k):
-        if fam[j] == 0:
+        if keep[j]:
             frames[ETHERNET_INPUT, rest] = frames[ETHERNET_INPUT, j]
             rest += 1
     frame_n[ETHERNET_INPUT] = rest
-    t3 = readcyclecounter()
+    t6 = readcyclecounter()
     counters = dp.counters
-    counters[C.C_FIB_LOOKUPS] += f4 + f6
+    counters[C.C_FIB_LOOKUPS] += looked4 + looked6
     counters[C.C_IP4_FORWARDED] += f4
     counters[C.C_IP6_FORWARDED] += f6
-    _account(dp.node_stats, f4, f6, np.int64(t1 - t0), np.int64(t2 - t1), np.int64(t3 - t2))
-
-
-@njit(cache=True)
-def _account(node_stats, f4, f6, parse, lookup, rewrite) -> None:
-    """The fused pass in ``show runtime``: each stage's clocks go to the nodes it stands
-    for, by family in proportion to the packets forwarded."""
-    f = f4 + f6
-    if f == 0:
-        return
-    if f4 > 0:
-        w = np.float64(f4) / f
-        _attribute(node_stats, (ETHERNET_INPUT, IP4_INPUT), f4, np.int64(parse * w))
-        _attribute(node_stats, (IP4_LOOKUP,), f4, np.int64(lookup * w))
-        _attribute(node_stats, (IP4_REWRITE, INTERFACE_OUTPUT), f4, np.int64(rewrite * w))
-    if f6 > 0:
-        w = np.float64(f6) / f
-        if f4 > 0:  # ethernet-input: one call for the whole vector
-            node_stats[ETHERNET_INPUT, NS_CALLS] -= 1
-        _attribute(node_stats, (ETHERNET_INPUT, IP6_INPUT), f6, np.int64(parse * w))
-        _attribute(node_stats, (IP6_LOOKUP,), f6, np.int64(lookup * w))
-        _attribute(node_stats, (IP6_REWRITE, INTERFACE_OUTPUT), f6, np.int64(rewrite * w))
-        if f4 > 0:
-            node_stats[INTERFACE_OUTPUT, NS_CALLS] -= 1
+    if not staged:  # only what left counts at the parsing nodes
+        parsed4 = f4
+        parsed6 = f6
+    _account(dp.node_stats, parsed4, parsed6, nc if fw_in else 0, looked4, looked6, nout,
+             f4, f6, np.int64(t1 - t0), np.int64(t2 - t1), np.int64(t3 - t2) + np.int64(
+                 t4 - t3), np.int64(t5 - t4), np.int64(t6 - t5))

@@ -26,7 +26,7 @@ from vecroute.firewall.classifier import (
     V_REJECT,
     fw_batch,
 )
-from vecroute.firewall.keys import K_FAMILY, K_RX, K_TX, extract_keys
+from vecroute.firewall.keys import K_RX, K_TX, extract_keys
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.node_ids import IP4_LOOKUP, IP4_REWRITE, IP6_LOOKUP, IP6_REWRITE, TCP_RESET
@@ -44,10 +44,10 @@ from vecroute.packet.batch import (
 
 
 @njit(cache=True)
-def _default_only(work, k, buf, meta, frames, frame_n, fw, fwv, now, direction) -> None:
+def _default_only(work, k, buf, meta, fw, fwv, now) -> None:
     """No rule but the default one applies in this direction: what classifying would do
-    (count the default rule, apply its action, fill the verdict rows a packet trace
-    reads) without the keys and the class lookups."""
+    (count the default rule, fill the verdict rows the actions and a packet trace read)
+    without the keys and the class lookups."""
     dflt = fw.rinfo.shape[0] - 1
     allow = fw.rinfo[dflt, RI_ACT] == A_ALLOW
     nbytes = np.int64(0)
@@ -56,28 +56,19 @@ def _default_only(work, k, buf, meta, frames, frame_n, fw, fwv, now, direction) 
         fwv[0, j] = V_PASS if allow else V_DROP
         fwv[1, j] = dflt
         fwv[2, j] = 0
-        l3 = meta[M_L3, i]
-        nbytes += meta[M_OFF, i] + meta[M_LEN, i] - l3
-        ip6 = (buf[l3] >> 4) == 6
-        if not allow:
-            drop(frames, frame_n, meta, i, C.C_FW_DENY)
-        elif direction == DIR_IN:
-            enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6 else IP4_LOOKUP, i)
-        else:
-            meta[M_FLAGS, i] |= F_FW_SKIP
-            enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)
+        nbytes += meta[M_OFF, i] + meta[M_LEN, i] - meta[M_L3, i]
     fw.cnt[dflt, 0] += k
     fw.cnt[dflt, 1] += nbytes
     fw.cnt[dflt, 2] = now
 
 
 @njit(cache=True)
-def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, direction) -> None:
-    """Classify the vector (``direction`` DIR_IN at fw-in, DIR_OUT at fw-out) and act."""
-    if fw is None:  # compiled away when the graph has no firewall
-        return
+def fw_classify(work, k, buf, meta, dp, fw, fwk, fwv, now, direction) -> None:
+    """The verdicts of the k packets of ``work`` in ``direction`` (DIR_IN before the
+    lookup, DIR_OUT with the adjacency chosen) into fwv: verdict, deciding rule, aux.
+    Counts rules and keeps states; sends no packet anywhere (fw_act does)."""
     if dp.opts[OPT_FW] & (FW_TRIVIAL_IN << direction):
-        _default_only(work, k, buf, meta, frames, frame_n, fw, fwv, now, direction)
+        _default_only(work, k, buf, meta, fw, fwv, now)
         return
     extract_keys(buf, meta, work, k, fwk)
     if direction != DIR_IN:
@@ -86,25 +77,37 @@ def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, directio
             fwk[j, K_TX] = dp.adj[meta[M_ADJ, i], A_IF]
             if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
                 fwk[j, K_RX] = -1  # the router's own packet: no receive interface
-    verdicts = fwv[0]
-    aux = fwv[2]
-    fw_batch(fw, fwk, k, direction, now, verdicts, fwv[1], aux)
+    fw_batch(fw, fwk, k, direction, now, fwv[0], fwv[1], fwv[2])
+
+
+@njit(cache=True, inline="always")
+def fw_act(frames, frame_n, meta, i, v, aux, ip6) -> None:
+    """Send packet i where a verdict other than pass says: error-drop (deny, a full state
+    table), icmp-error (reject, unreach) or tcp-reset (reset)."""
+    if v == V_DROP:
+        drop(frames, frame_n, meta, i, C.C_FW_STATE_FULL if aux == DROP_STATE_FULL
+             else C.C_FW_DENY)
+    elif v == V_REJECT:
+        icmp_error(frames, frame_n, meta, i, ip6, C.C_FW_REJECT, aux >> 8, aux & 0xFF, 0)
+    else:  # V_RESET
+        meta[M_ERR, i] = C.C_FW_RESET
+        enqueue(frames, frame_n, meta, TCP_RESET, i)
+
+
+@njit(cache=True)
+def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, direction) -> None:
+    """Classify the vector (``direction`` DIR_IN at fw-in, DIR_OUT at fw-out) and act."""
+    if fw is None:  # compiled away when the graph has no firewall
+        return
+    fw_classify(work, k, buf, meta, dp, fw, fwk, fwv, now, direction)
     for j in range(k):
         i = work[j]
-        v = verdicts[j]
-        ip6 = fwk[j, K_FAMILY] == 6
-        if v == V_PASS:
-            if direction == DIR_IN:
-                enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6 else IP4_LOOKUP, i)
-            else:
-                meta[M_FLAGS, i] |= F_FW_SKIP  # re-injected after neighbour resolution: once
-                enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)
-        elif v == V_DROP:
-            reason = C.C_FW_STATE_FULL if aux[j] == DROP_STATE_FULL else C.C_FW_DENY
-            drop(frames, frame_n, meta, i, reason)
-        elif v == V_REJECT:
-            a = aux[j]
-            icmp_error(frames, frame_n, meta, i, ip6, C.C_FW_REJECT, a >> 8, a & 0xFF, 0)
-        else:  # V_RESET
-            meta[M_ERR, i] = C.C_FW_RESET
-            enqueue(frames, frame_n, meta, TCP_RESET, i)
+        v = fwv[0, j]
+        ip6 = (buf[meta[M_L3, i]] >> 4) == 6
+        if v != V_PASS:
+            fw_act(frames, frame_n, meta, i, v, fwv[2, j], ip6)
+        elif direction == DIR_IN:
+            enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6 else IP4_LOOKUP, i)
+        else:
+            meta[M_FLAGS, i] |= F_FW_SKIP  # re-injected after neighbour resolution: once
+            enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)
