@@ -741,6 +741,9 @@ def node_table(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from vecroute.warmup import clear_stale_cache
+
+    clear_stale_cache((Path(__file__).parent,))  # run_frames embeds the graph's kernels
     cpu = pin_to_one_cpu(args.cpu)
     info = machine_info()
     info["pinned_cpu"] = cpu

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 
-def clear_stale_cache() -> int:
+def clear_stale_cache(extra: tuple[Path, ...] = ()) -> int:
     """Delete numba cache indexes older than the newest vecroute source; returns how many.
+    ``extra``: more directories to clean (a benchmark's own kernels that call the graph).
 
     numba keys a cached function on its own source file only, but ``run_graph`` inlines
     the node kernels of other files: after a node changes, the stale cached dispatcher
@@ -33,7 +34,7 @@ def clear_stale_cache() -> int:
         for p in root.rglob("*.py")
         if not any(p == s or s in p.parents for s in slow_path)
     )
-    places = [root]
+    places = [root, *extra]
     if os.environ.get("NUMBA_CACHE_DIR"):
         places.append(Path(os.environ["NUMBA_CACHE_DIR"]))
     removed = 0

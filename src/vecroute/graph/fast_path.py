@@ -246,9 +246,10 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
     if k == 0:
         return
     # the arrays once, out of dp: a dp access in a per-packet loop costs reference counts
-    ifc, if_mac, if_ip6, if_stats, adj, adj_rw, lb, lbb, tb = (
-        dp.ifc, dp.if_mac, dp.if_ip6, dp.if_stats, dp.adj, dp.adj_rw, dp.lb, dp.lb_buckets,
-        dp.icmp_tb)
+    ifc, if_mac, if_ip6, if_stats, adj, lb, lbb, tb = (
+        dp.ifc, dp.if_mac, dp.if_ip6, dp.if_stats, dp.adj, dp.lb, dp.lb_buckets, dp.icmp_tb)
+    rwf = dp.adj_rw.reshape(-1)  # rows by offset: a row view per packet costs refcounts
+    rww = np.int64(dp.adj_rw.shape[1])
     fw_in = False
     fw_out = False
     if fw is not None:
@@ -257,12 +258,16 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
     staged = fw_in or fw_out
     t0 = readcyclecounter()
     # -- 1. parse and validate: the candidates, in arrival order
-    slot = np.empty(k, np.int64)
-    pos = np.empty(k, np.int64)  # index in ethernet-input's frame
-    ip6 = np.zeros(k, np.bool_)
-    iplen = np.empty(k, np.int64)
-    tab = np.empty(k, np.int64)
-    state = np.zeros(k, np.uint8)
+    # scratch rows in two allocations (one each would cost ~1 us a batch): per candidate
+    # its slot, its place in the frame, IP length, table, value, adjacency, flow hash;
+    # per family the lookup's inputs; flags: family, fate
+    sc = np.empty((18, k), np.int64)
+    slot, pos, iplen, tab, val, adjs, hashes = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6]
+    idx4, dst4, tab4, out4, idx6, hi6, lo6, tab6, out6 = (
+        sc[7], sc[8], sc[9], sc[10], sc[11], sc[12], sc[13], sc[14], sc[15])
+    work, back = sc[16], sc[17]  # fw-out's vector, and the candidate of each entry
+    fl = np.zeros((3, k), np.uint8)
+    ip6, state, keep = fl[0], fl[1], fl[2]
     nc = 0
     parsed4 = 0
     for j in range(k):
@@ -317,17 +322,10 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         fw_classify(slot, nc, buf, meta, dp, fw, fwk, fwv, now, DIR_IN)
         for c in range(nc):
             if fwv[0, c] != V_PASS:
-                fw_act(frames, frame_n, meta, slot[c], fwv[0, c], fwv[2, c], ip6[c])
+                fw_act(frames, frame_n, meta, slot[c], fwv[0, c], fwv[2, c], ip6[c] != 0)
                 state[c] = GONE
     t2 = readcyclecounter()
     # -- 2. one vector lookup per family
-    idx4 = np.empty(nc, np.int64)
-    dst4 = np.empty(nc, np.uint32)
-    tab4 = np.empty(nc, np.int64)
-    idx6 = np.empty(nc, np.int64)
-    hi6 = np.empty(nc, np.uint64)
-    lo6 = np.empty(nc, np.uint64)
-    tab6 = np.empty(nc, np.int64)
     n4 = 0
     n6 = 0
     for c in range(nc):
@@ -345,19 +343,14 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
             dst4[n4] = rd32(buf, l3 + 16)
             tab4[n4] = tab[c]
             n4 += 1
-    val = np.full(nc, -1, np.int32)
-    v4 = np.empty(n4, np.int32)
-    v6 = np.empty(n6, np.int32)
-    lpm4_lookup_vec(dp.fib4_roots, dp.fib4_groups, tab4, dst4, n4, v4)
-    lpm6_lookup_vec(dp.fib6_roots, dp.fib6_groups, tab6, hi6, lo6, n6, v6)
+    lpm4_lookup_vec(dp.fib4_roots, dp.fib4_groups, tab4, dst4, n4, out4)
+    lpm6_lookup_vec(dp.fib6_roots, dp.fib6_groups, tab6, hi6, lo6, n6, out6)
     for q in range(n4):
-        val[idx4[q]] = v4[q]
+        val[idx4[q]] = out4[q]
     for q in range(n6):
-        val[idx6[q]] = v6[q]
+        val[idx6[q]] = out6[q]
     t3 = readcyclecounter()
     # -- 3. the adjacency: one this path can finish, or the nodes take over
-    adjs = np.empty(nc, np.int64)
-    hashes = np.zeros(nc, np.uint32)
     looked4 = 0
     looked6 = 0
     for c in range(nc):
@@ -369,7 +362,7 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         if ok:
             rx = meta[M_RX, i]
             l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
-            six = ip6[c]
+            six = ip6[c] != 0
             proto = np.int32(buf[l3 + 6]) if six else np.int32(buf[l3 + 9])
             nb = lb[v, LB_N]
             h = np.uint32(0)
@@ -408,8 +401,6 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
     # -- fw-out over what would leave
     nout = 0
     if fw_out:
-        work = np.empty(nc, np.int64)
-        back = np.empty(nc, np.int64)
         for c in range(nc):
             if state[c] == PENDING:
                 i = slot[c]
@@ -421,7 +412,7 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         for q in range(nout):
             if fwv[0, q] != V_PASS:
                 c = back[q]
-                fw_act(frames, frame_n, meta, slot[c], fwv[0, q], fwv[2, q], ip6[c])
+                fw_act(frames, frame_n, meta, slot[c], fwv[0, q], fwv[2, q], ip6[c] != 0)
                 state[c] = GONE
     t5 = readcyclecounter()
     # -- the rewrite and the transmit list
@@ -438,7 +429,7 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         rx = meta[M_RX, i]
         l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
         ln = iplen[c]
-        six = ip6[c]
+        six = ip6[c] != 0
         if six:
             buf[l3 + 7] -= 1
             proto = np.int32(buf[l3 + 6])
@@ -452,7 +443,10 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
             f4 += 1
         rw = np.int64(adj[a, A_RWLEN])
         out = l3 - rw
-        memcpy(buf, out, adj_rw[a], 0, rw)
+        if rw == ETH_HLEN:  # a constant size: the copy is inlined (no memcpy call)
+            memcpy(buf, out, rwf, a * rww, ETH_HLEN)
+        else:
+            memcpy(buf, out, rwf, a * rww, rw)
         if not staged:  # what ip4/ip6-input would have noted (staged: done above)
             if_stats[rx, IFS_RX_PKTS] += 1
             if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
@@ -467,17 +461,17 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         meta[M_OFF, i] = out
         meta[M_LEN, i] = rw + ln
         meta[M_ADJ, i] = a
-        meta[M_HASH, i] = np.int32(hashes[c])
+        meta[M_HASH, i] = np.int32(np.uint32(hashes[c]))
         meta[M_TX, i] = ifx
         meta[M_NEXT, i] = DONE_TX
         txl[tx] = i
         tx += 1
     txn[0] = tx
     # what goes back to ethernet-input, in arrival order
-    keep = np.ones(k, np.bool_)
+    keep[:] = 1
     for c in range(nc):
         if state[c] != BACK:
-            keep[pos[c]] = False
+            keep[pos[c]] = 0
     rest = 0
     for j in range(k):
         if keep[j]:
