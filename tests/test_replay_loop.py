@@ -220,34 +220,38 @@ def test_batches_full_of_generated_packets(tmp_path) -> None:
 
 def test_reassembly_timeout_error_carries_the_batch_clock(tmp_path) -> None:
     """A Time Exceeded for a datagram that never completed has no packet of its batch as
-    origin: it is stamped with the batch's clock and written after the batch's packets."""
+    origin: it is stamped with the clock of the batch whose timer sent it and written after
+    that batch's packets."""
     conf = tmp_path / "router.toml"
     conf.write_text(toml_of(base_config()))
     e = Ether(dst=R0, src=H0)
     first = fragment(IP(src=H0_IP4, dst=R0_IP4, id=77) / ICMP(id=9) / (b"Q" * 1500), 600)[0]
     late = [e / IP(src=H0_IP4, dst=R0_IP4, id=k) / ICMP(id=k, seq=1) for k in range(3)]
     pk = [e / first, *late]
-    times = [T0, T0 + 100, T0 + 100, T0 + Decimal("100.5")]
+    times = [T0, T0 + 100, T0 + Decimal("100.2"), T0 + Decimal("100.5")]
     stamp(pk, times)
     wrpcap(str(tmp_path / "in.pcap"), pk)
-    assert_same_as_reference(conf, [("eth0", tmp_path / "in.pcap")], 256, tmp_path / "out")
-    q = rdpcap(str(tmp_path / "out" / "eth0.pcap"))
-    assert [(p[ICMP].type, p[ICMP].code) for p in q] == [(0, 0)] * 3 + [(11, 1)]
-    assert [Decimal(str(p.time)) for p in q] == times[1:] + [times[-1]]
-    assert q[3][IP].dst == H0_IP4
+    out = tmp_path / "out"
+    assert_same_as_reference(conf, [("eth0", tmp_path / "in.pcap")], 1, out)
+    q = rdpcap(str(out / "eth0.pcap"))
+    got = [(p[ICMP].type, p[ICMP].code, Decimal(str(p.time))) for p in q]
+    # the timer runs in late[0]'s batch (the fragment's own batch set its arrival time)
+    assert got == [(0, 0, times[1]), (11, 1, times[1]), (0, 0, times[2]), (0, 0, times[3])]
+    assert q[1][IP].dst == H0_IP4
 
 
 def test_firewall_state_table_grows_mid_replay(tmp_path) -> None:
     """5000 UDP flows kept in state: the table grows several times between batches, as
     Graph.run's sync_firewall does, and the replies of every flow pass check-state."""
     conf = tmp_path / "fw.toml"
-    conf.write_text(FW_TOML)
+    host = '[[neighbors]]\nip = "198.51.100.7"\nmac = "02:00:00:00:aa:10"\ninterface = "inside"\n'
+    conf.write_text(FW_TOML + host)
     cfg = load_config(conf)
     e_in = Ether(dst="02:00:00:00:00:01", src=H0)
     e_out = Ether(dst="02:00:00:00:00:02", src="02:00:00:00:00:99")
-    out_pk = [e_in / IP(src="198.51.100.7", dst="192.0.2.50") / UDP(sport=1024 + k, dport=9)
+    out_pk = [e_in / IP(src="198.51.100.7", dst="198.18.0.9") / UDP(sport=1024 + k, dport=9)
               for k in range(5000)]
-    back = [e_out / IP(src="192.0.2.50", dst="198.51.100.7") / UDP(sport=9, dport=1024 + k)
+    back = [e_out / IP(src="198.18.0.9", dst="198.51.100.7") / UDP(sport=9, dport=1024 + k)
             for k in range(0, 5000, 50)]
     stamp(out_pk, [T0 + Decimal(k) / 10**6 for k in range(5000)])
     stamp(back, [T0 + 1 + Decimal(k) / 10**6 for k in range(len(back))])
@@ -260,8 +264,12 @@ def test_firewall_state_table_grows_mid_replay(tmp_path) -> None:
     assert rp.firewall.st.shape[0] > cap0 * 4
     assert res.packets_out == 5000 + len(back)
     want = reference(conf, inputs, 256)
+    assert sorted(want) == ["inside.pcap", "outside.pcap"]
     for name, data in want.items():
         assert (tmp_path / "out" / name).read_bytes() == data
+    q = rdpcap(res.outputs["inside"])
+    assert [p[UDP].dport for p in q] == list(range(1024, 6024, 50))
+    assert all(p[Ether].dst == H0 and p[IP].ttl == 63 for p in q)
 
 
 def test_empty_capture_writes_nothing(tmp_path) -> None:
