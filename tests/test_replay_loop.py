@@ -308,3 +308,26 @@ def test_pcapng_input_and_truncation(tmp_path) -> None:
     assert [p[IP].id for p in q] == list(range(20))
     q2 = rdpcap(str(tmp_path / "out" / "eth2.pcap"))
     assert [p[IP].id for p in q2] == [100 + k for k in range(9)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tx_order_is_a_stable_sort_by_origin_and_sequence(seed) -> None:
+    from vecroute.io.replay_loop import tx_order
+    from vecroute.packet.batch import N_META
+
+    rng = np.random.default_rng(seed)
+    cap = 80
+    meta = np.zeros((N_META, cap), np.int32)
+    meta[M_ORIG] = rng.integers(0, cap if seed % 2 else 8, cap)
+    meta[M_SEQ] = rng.integers(0, 3 if seed % 3 else 1, cap)
+    nt = int(rng.integers(0, cap + 1))
+    txl = rng.permutation(cap).astype(np.int32)[:nt]
+    if seed % 5 == 0:  # already in order: the common case
+        txl = np.array(sorted(txl, key=lambda i: (meta[M_ORIG, i], meta[M_SEQ, i])), np.int32)
+    order = np.full(cap, -7, np.int32)
+    assert tx_order(txl, nt, meta, order, np.zeros(cap + 1, np.int64)) == -1
+    want = sorted(txl.tolist(), key=lambda i: (meta[M_ORIG, i], meta[M_SEQ, i]))
+    assert order[:nt].tolist() == want
+    if nt > 1:
+        meta[M_ORIG, txl[0]] = cap  # no such slot: refused, not counted out of bounds
+        assert tx_order(txl, nt, meta, order, np.zeros(cap + 1, np.int64)) == txl[0]

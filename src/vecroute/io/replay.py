@@ -187,4 +187,4 @@ class Replayer:
                 return write_s
             if why == L.RET_BAD:
                 raise RuntimeError(f"replay: transmitted slot {int(ctl[L.RC_BAD])} has no "
-                                   f"port or lies outside the batch buffer")
+                                   f"port, no valid origin or lies outside the batch buffer")

@@ -44,13 +44,15 @@ RC_COLS = 13
 RET_DONE = 0  # every input frame processed and written
 RET_FULL = 1  # a port's slice of the record buffer is full: write the slices, call again
 RET_FW_GROW = 2  # grow the firewall's state table, call again
-RET_BAD = 3  # a transmitted slot has no port or lies outside the batch buffer (a bug)
+RET_BAD = 3  # a transmitted slot has no port, lies outside the batch buffer or has no
+# valid origin (a bug in a node)
 
 
 @njit(cache=True)
 def tx_order(txl: np.ndarray, nt: int, meta: np.ndarray, order: np.ndarray,
-             cnt: np.ndarray) -> None:
-    """``order[:nt]`` = ``txl[:nt]`` sorted stably by (M_ORIG, M_SEQ).
+             cnt: np.ndarray) -> int:
+    """``order[:nt]`` = ``txl[:nt]`` sorted stably by (M_ORIG, M_SEQ); returns -1, or a
+    slot whose origin is out of range (nothing sorted).
 
     Usually already in order (one pass checks it); otherwise a counting sort by origin
     (``cnt`` has capacity + 1 entries) and an insertion sort by sequence within each
@@ -70,10 +72,13 @@ def tx_order(txl: np.ndarray, nt: int, meta: np.ndarray, order: np.ndarray,
     if ok:
         for j in range(nt):
             order[j] = txl[j]
-        return
+        return -1
     cnt[:] = 0
     for j in range(nt):
-        cnt[meta[M_ORIG, txl[j]] + 1] += 1
+        o = meta[M_ORIG, txl[j]]
+        if o < 0 or o >= cnt.size - 1:
+            return txl[j]
+        cnt[o + 1] += 1
     for k in range(1, cnt.size):
         cnt[k] += cnt[k - 1]
     for j in range(nt):
@@ -90,6 +95,7 @@ def tx_order(txl: np.ndarray, nt: int, meta: np.ndarray, order: np.ndarray,
             order[k] = order[k - 1]
             k -= 1
         order[k] = i
+    return -1
 
 
 @njit(cache=True)
@@ -160,7 +166,10 @@ def replay_loop(
         ctl[RC_NOW] = now
         nt = txn[0]
         if nt:
-            tx_order(txl, nt, meta, order, cnt)
+            bad = tx_order(txl, nt, meta, order, cnt)
+            if bad >= 0:
+                ctl[RC_BAD] = bad
+                return RET_BAD
             ctl[RC_NTX] = nt
             ctl[RC_DONE] = 0
             ctl[RC_PENDING] = 1
