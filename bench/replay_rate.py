@@ -3,17 +3,22 @@
     python -m bench.replay_rate [--packets N] [--repeat R] [--json] [--dir DIR]
 
 Builds a router config (TOML, three interfaces, two routes with resolved next hops) and a
-pcap of N (default 2**20) 64-byte IPv4/UDP frames that are all forwardable, written with
-``PcapWriter``. After one untimed warm-up replay it times R (default 5) end-to-end runs of
-``Replayer.run`` (read the capture, merge, process in vectors, write one pcap per output
-interface), interleaved with two partial measurements taken from outside:
+pcap of N (default 2**21) 64-byte IPv4/UDP frames that are all forwardable, written with
+``PcapWriter``. After one untimed warm-up replay (compiles, page cache) it times R
+(default 5) end-to-end runs of ``Replayer.run``: read and merge the capture, the compiled
+loop (load, graph, output order, pcap records), write one pcap per output interface. Its
+own clocks give the split:
 
-* read:    ``Replayer.run`` wall time minus its own ``seconds`` (which starts after the
-           read and merge of the inputs);
-* process: ``PacketBatch.load`` + ``Graph.run`` over the merged capture, nothing written;
-* write:   ``Replayer.run``'s own ``seconds`` minus process (derived, so it also holds the
-           output ordering and per-port selection of ``Replayer._write``); next to it,
-           ``PcapWriter.write_batch`` alone, one call per vector into one file.
+* read:    ``ReplayResult.read_seconds`` (read_capture + merge);
+* loop:    ``seconds - write_seconds``: the compiled loop, records formatted included;
+* write:   ``write_seconds``: handing the record buffers to the OS (page cache);
+* graph:   the nodes' own clocks (``show runtime``) during the run, of the loop's time.
+
+Interleaved with the runs, a floor: the same frames copied into batch slots
+(``load_frames``) and out again as pcap records (``put_record``), no graph, no file: what
+any replay that copies in and out pays. Every run's outputs are checked (every packet
+there, on the right port, in order, timestamps kept, TTL - 1, MACs rewritten, IP checksum
+valid, the rest of the frame unchanged).
 
 Files live in a temporary directory (default: the system one), so reads come from the page
 cache after the first run and writes go to the page cache (no fsync).
@@ -32,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from bench.common import (
     CpuShare,
@@ -43,6 +49,8 @@ from bench.common import (
     summary,
     verdict,
 )
+from vecroute.io.pcap_write import put_record
+from vecroute.packet.batch import M_LEN, M_OFF, load_frames
 
 TARGET_MPPS = 3.0
 FRAME = 64
@@ -149,44 +157,81 @@ def write_pcap(path: Path, frames: np.ndarray) -> float:
     return time.perf_counter() - t0
 
 
-def writer_only(path: Path, frames: np.ndarray, vector: int) -> float:
-    """Seconds to write the frames with PcapWriter.write_batch, one call per vector (no
-    ordering, one port): the floor under Replayer._write."""
-    from vecroute.io.pcap import PcapWriter
+@njit(cache=True)
+def copy_floor(data, offs, lens, tss, rxs, buf, meta, ts, vector, out) -> int:
+    """Frames into batch slots and out again as pcap records, no graph: the copy floor.
+    Returns the bytes formatted (the record buffer is reused when full)."""
+    total = offs.size
+    q = 0
+    done = 0
+    pos = 0
+    while pos < total:
+        n = min(vector, total - pos)
+        load_frames(buf, meta, ts, data, offs, lens, tss, rxs, pos, n)
+        for i in range(n):
+            ln = np.int64(meta[M_LEN, i])
+            if q + 16 + ln > out.size:
+                done += q
+                q = 0
+            q = put_record(out, q, buf, np.int64(meta[M_OFF, i]), ln, ts[i], 262144)
+        pos += n
+    return done + q
 
-    n = frames.shape[0]
-    buf = frames.reshape(-1)
-    offs = np.arange(n, dtype=np.int64) * FRAME
-    lens = np.full(n, FRAME, np.int64)
-    ts = T0_NS + np.arange(n, dtype=np.int64) * 1000
-    sels = [np.arange(s, min(s + vector, n), dtype=np.int64) for s in range(0, n, vector)]
+
+def floor_seconds(rp, inputs: list[tuple[str, str]], out: np.ndarray) -> float:
+    """Seconds of copy_floor over the merged capture (read not included) into ``out``, a
+    record buffer the size of a replay port's."""
+    from vecroute.io.replay import merge_inputs
+
+    src = merge_inputs(rp.cfg, inputs)
+    b = rp.batch
     t0 = time.perf_counter()
-    with PcapWriter(path) as w:
-        for sel in sels:
-            w.write_batch(buf, offs, lens, ts, sel)
+    copy_floor(src.data, src.off, src.length, src.ts, src.rx, b.buf, b.meta, b.ts,
+               b.vector_size, out)
     return time.perf_counter() - t0
 
 
-def process_only(rp, inputs: list[tuple[str, str]]) -> tuple[float, float, int]:
-    """(read+merge seconds, process seconds, packets) for load + Graph.run, nothing written."""
-    from vecroute.io.replay import _merge
+def check_outputs(frames: np.ndarray, outputs: dict[str, str]) -> None:
+    """Every input frame on the port its route says, in input order, timestamp kept, TTL
+    decremented, MACs rewritten, IP checksum valid, everything else unchanged."""
+    from vecroute.io.pcap import read_capture
 
-    t0 = time.perf_counter()
-    data, off, ln, ts, rx, _ = _merge(rp.cfg, inputs)
-    t1 = time.perf_counter()
-    b, g = rp.batch, rp.graph
-    total = len(off)
-    pos = 0
-    t2 = time.perf_counter()
-    while pos < total:
-        n = b.load(data, off, ln, ts, rx, pos, total - pos)
-        g.run(b, int(ts[pos + n - 1]))
-        pos += n
-    return t1 - t0, time.perf_counter() - t2, total
+    n = frames.shape[0]
+    ts_in = T0_NS + np.arange(n, dtype=np.int64) * 1000
+    high = frames[:, 33] >= 128  # 203.0.113.128/25 -> eth2
+    want = {"eth1": (~high, b"\x02\x00\x00\x00\xbb\x01", b"\x02\x00\x00\x00\x00\x02"),
+            "eth2": (high, b"\x02\x00\x00\x00\xcc\x01", b"\x02\x00\x00\x00\x00\x03")}
+    if sorted(outputs) != sorted(want):
+        raise SystemExit(f"replay_rate: outputs {sorted(outputs)}, expected {sorted(want)}")
+    for name, (sel, dmac, smac) in want.items():
+        cap = read_capture(outputs[name], use_mmap=False)
+        exp = frames[sel]
+        if len(cap) != exp.shape[0] or cap.error or not (cap.caplens == FRAME).all():
+            raise SystemExit(f"replay_rate: {name}: {len(cap)} packets, expected {exp.shape[0]}")
+        got = cap.data[cap.offsets[:, None] + np.arange(FRAME)]
+        ok = (
+            (cap.ts_ns == ts_in[sel]).all()
+            and (got[:, 0:6] == np.frombuffer(dmac, np.uint8)).all()
+            and (got[:, 6:12] == np.frombuffer(smac, np.uint8)).all()
+            and (got[:, 12:22] == exp[:, 12:22]).all()
+            and (got[:, 22] == exp[:, 22] - 1).all()
+            and (got[:, 23] == exp[:, 23]).all()
+            and (got[:, 26:] == exp[:, 26:]).all()
+            and (_fold(_sum16(got[:, 14:34])) == 0xFFFF).all()
+        )
+        if not ok:
+            raise SystemExit(f"replay_rate: {name}: output differs from the expected frames")
+
+
+def graph_clocks(rp) -> int:
+    from vecroute.graph.state import NS_CLOCKS
+
+    return int(rp.graph.state.node_stats[:, NS_CLOCKS].sum())
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from vecroute.control.config import load_config
+    from vecroute.graph.cycles import cycles_per_second
     from vecroute.io.replay import Replayer
 
     cpu = pin_to_one_cpu(args.cpu)
@@ -194,6 +239,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     info["pinned_cpu"] = cpu
     eprint(f"machine: {machine_line(info)}; pinned to CPU {cpu}")
     load_before = os.getloadavg()
+    hz = cycles_per_second()
     with tempfile.TemporaryDirectory(prefix="vecroute-replay-bench-", dir=args.dir) as tmp:
         d = Path(tmp)
         (d / "router.toml").write_text(CONFIG.format(vector_size=args.vector_size))
@@ -211,56 +257,45 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rp = Replayer(cfg, args.vector_size)
         t0 = time.perf_counter()
         warm = rp.run(inputs, out)  # JIT warm-up, page cache
+        check_outputs(frames, warm.outputs)
+        floor_buf = np.zeros(rp.slice, np.uint8)
+        floor_seconds(rp, inputs, floor_buf)  # compiles the floor
         eprint(f"warm-up replay: {time.perf_counter() - t0:.1f} s, {warm.packets_out} out")
-        res: dict[str, list[float]] = {
-            k: []
-            for k in (
-                "e2e_mpps",
-                "read_s",
-                "process_write_s",
-                "process_s",
-                "merge_only_s",
-                "e2e_s",
-                "writer_only_s",
-            )
-        }
+        keys = ("e2e_mpps", "e2e_s", "read_s", "loop_s", "write_s", "graph_s", "floor_s")
+        res: dict[str, list[float]] = {k: [] for k in keys}
         outcome: dict[str, Any] = {}
         share = CpuShare()
         for r in range(args.repeat):
+            c0 = graph_clocks(rp)
             with share:
                 t0 = time.perf_counter()
                 rr = rp.run(inputs, out)
                 e2e = time.perf_counter() - t0
+            res["graph_s"].append((graph_clocks(rp) - c0) / hz)
+            check_outputs(frames, rr.outputs)
             res["e2e_s"].append(e2e)
             res["e2e_mpps"].append(rr.packets_in / e2e / 1e6)
-            res["read_s"].append(e2e - rr.seconds)
-            res["process_write_s"].append(rr.seconds)
-            merge_s, proc_s, _ = process_only(rp, inputs)
-            res["process_s"].append(proc_s)
-            res["merge_only_s"].append(merge_s)
-            res["writer_only_s"].append(
-                writer_only(d / "writer-only.pcap", frames, args.vector_size)
-            )
+            res["read_s"].append(rr.read_seconds)
+            res["loop_s"].append(rr.seconds - rr.write_seconds)
+            res["write_s"].append(rr.write_seconds)
+            res["floor_s"].append(floor_seconds(rp, inputs, floor_buf))
             outcome = {
                 "packets_in": rr.packets_in,
                 "packets_out": rr.packets_out,
                 "outputs": {k: os.path.getsize(v) for k, v in rr.outputs.items()},
                 "capture_errors": rr.capture_errors,
+                "checked": True,
             }
             eprint(
                 f"rep {r + 1}/{args.repeat}: {res['e2e_mpps'][-1]:.2f} Mpps end to end "
-                f"({e2e:.3f} s: read {res['read_s'][-1]:.3f}, process+write "
-                f"{rr.seconds:.3f}; process alone {proc_s:.3f})"
+                f"({e2e:.3f} s: read {rr.read_seconds:.3f}, loop {res['loop_s'][-1]:.3f} "
+                f"(graph {res['graph_s'][-1]:.3f}), write {rr.write_seconds:.3f}; copy floor "
+                f"{res['floor_s'][-1]:.3f}), CPU share {share.shares[-1]:.2f}"
             )
     n = args.packets
     res["e2e_cpu_mpps"] = [m / c for m, c in zip(res["e2e_mpps"], share.shares, strict=True)]
     S = {k: summary(v) for k, v in res.items()}
-    write_s = [pw - p for pw, p in zip(res["process_write_s"], res["process_s"], strict=True)]
-    S["write_s"] = summary(write_s)
-    per_pkt = {
-        k: S[k]["median"] / n * 1e9
-        for k in ("read_s", "process_s", "write_s", "e2e_s", "writer_only_s")
-    }
+    per_pkt = {k: S[k]["median"] / n * 1e9 for k in keys if k.endswith("_s")}
     return {
         "machine": info,
         "loadavg_before": load_before,
@@ -296,7 +331,7 @@ def print_text(R: dict[str, Any]) -> None:
     cs = R["cpu_share"]
     print(
         f"CPU share of the timed replays (process CPU / wall): median {cs['median']:.2f}, "
-        f"min {cs['min']:.2f}"
+        f"min {cs['min']:.2f}, max {cs['max']:.2f}"
     )
     print(
         f"capture: {c['packets']} x {c['frame_bytes']} B IPv4/UDP ({c['capture_mb']:.1f} MB), "
@@ -305,31 +340,23 @@ def print_text(R: dict[str, Any]) -> None:
     o = R["outcome"]
     print(
         f"packets in {o['packets_in']}, out {o['packets_out']} "
-        f"(files: {', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in o['outputs'].items())})"
+        f"(files: {', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in o['outputs'].items())}; "
+        f"every output checked)"
     )
     print()
-    print(
-        f"  end to end        {fmt_summary(S['e2e_mpps'], 'Mpps')}   ({pp['e2e_s']:.0f} ns/packet)"
-    )
-    print(
-        f"  per CPU-second    {fmt_summary(S['e2e_cpu_mpps'], 'Mpps')}   (packets / process "
-        f"CPU time)"
-    )
-    print(
-        f"  read + merge      {fmt_summary(S['read_s'], 's', 3)}   ({pp['read_s']:.0f} ns/packet)"
-    )
-    print(
-        f"  process           {fmt_summary(S['process_s'], 's', 3)}   "
-        f"({pp['process_s']:.0f} ns/packet, load + Graph.run, measured alone)"
-    )
-    print(
-        f"  write (derived)   {fmt_summary(S['write_s'], 's', 3)}   "
-        f"({pp['write_s']:.0f} ns/packet, run's own seconds minus process)"
-    )
-    print(
-        f"  PcapWriter alone  {fmt_summary(S['writer_only_s'], 's', 3)}   "
-        f"({pp['writer_only_s']:.0f} ns/packet, write_batch per vector, one file, no ordering)"
-    )
+    rows = [
+        ("end to end", "e2e_mpps", "Mpps", f"({pp['e2e_s']:.0f} ns/packet)"),
+        ("per CPU-second", "e2e_cpu_mpps", "Mpps", "(packets / process CPU time)"),
+        ("read + merge", "read_s", "s", f"({pp['read_s']:.0f} ns/packet)"),
+        ("compiled loop", "loop_s", "s", f"({pp['loop_s']:.0f} ns/packet: load, graph, "
+         "order, records)"),
+        ("  of it, graph", "graph_s", "s", f"({pp['graph_s']:.0f} ns/packet, node clocks)"),
+        ("write to files", "write_s", "s", f"({pp['write_s']:.0f} ns/packet)"),
+        ("copy floor", "floor_s", "s", f"({pp['floor_s']:.0f} ns/packet: load_frames + "
+         "put_record, no graph, no file)"),
+    ]
+    for label, k, unit, note in rows:
+        print(f"  {label:<16}  {fmt_summary(S[k], unit, 2 if unit == 'Mpps' else 3)}   {note}")
     t = R["target"]
     print()
     print(f"target {t['target']}: {t['value']:.2f} Mpps {verdict(t['met'])}")
@@ -341,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--packets", type=int, default=1 << 20, help="frames in the capture (2**20)")
+    ap.add_argument("--packets", type=int, default=1 << 21, help="frames in the capture (2**21)")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs (5)")
     ap.add_argument("--vector-size", type=int, default=256, help="batch size (256)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")

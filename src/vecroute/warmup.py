@@ -58,6 +58,7 @@ def warm(firewall: bool = True) -> float:
     graph.run(batch, 0)
     _warm_io(batch)
     _warm_worker(graph)
+    _warm_replay(None)
     if firewall:
         _warm_firewall(graph, batch)
     return time.perf_counter() - t0
@@ -67,6 +68,26 @@ def warm_firewall() -> None:
     """Only the firewall's kernels and the graph with a firewall (a second process compiles
     them while the first compiles the rest)."""
     _warm_firewall(*_tiny_graph())
+
+
+def _warm_replay(fw_rules: list[str] | None) -> None:
+    """Replay's compiled loop (with a firewall when given its rules) over one frame."""
+    import tempfile
+
+    from vecroute.control.config import parse_config
+    from vecroute.io.pcap import PcapWriter
+    from vecroute.io.replay import Replayer
+
+    conf: dict = {"interfaces": [{"name": "a", "mac": "02:00:00:00:00:01",
+                                  "addresses": ["192.0.2.1/24"]}]}
+    if fw_rules is not None:
+        conf["firewall"] = {"rules": fw_rules}
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "in.pcap"
+        with PcapWriter(path) as w:
+            z = np.zeros(1, np.int64)
+            w.write_batch(np.zeros(64, np.uint8), z, np.full(1, 64, np.int64), z)
+        Replayer(parse_config(conf), 4).run([("a", str(path))], Path(d) / "out")
 
 
 def _tiny_graph():
@@ -114,6 +135,7 @@ def _warm_firewall(graph, batch) -> None:
     graph.run(batch, 0)
     graph.attach_firewall(None)
     _warm_worker(graph, Firewall(cfg, interfaces=["a"]))
+    _warm_replay(["100 allow ip from any to any keep-state"])
     fw.classify(np.stack([make_key("192.0.2.1", "198.51.100.1", proto=6, sport=1, dport=22,
                                    tcpflags=2),
                           make_key("2001:db8::1", "2001:db8::2", proto=17, sport=1, dport=2)]))

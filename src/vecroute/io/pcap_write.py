@@ -19,10 +19,11 @@ from numba import njit
 
 from vecroute.packet.intrinsics import memcpy
 
-__all__ = ["PcapWriter", "PCAP_NANO_MAGIC"]
+__all__ = ["DEFAULT_SNAPLEN", "PcapWriter", "PCAP_NANO_MAGIC", "RECORD_HDR", "put_record"]
 
 PCAP_NANO_MAGIC = 0xA1B23C4D
-_RECORD_HDR = 16
+RECORD_HDR = 16
+DEFAULT_SNAPLEN = 262144
 
 
 @njit(cache=True, inline="always")
@@ -31,6 +32,22 @@ def _wr32(out: np.ndarray, p: int, v: int) -> None:
     out[p + 1] = (v >> 8) & 0xFF
     out[p + 2] = (v >> 16) & 0xFF
     out[p + 3] = (v >> 24) & 0xFF
+
+
+@njit(cache=True, inline="always")
+def put_record(out: np.ndarray, q: int, buf: np.ndarray, o: int, ln: int, t: int,
+               snaplen: int) -> int:
+    """Format one record for ``buf[o : o + ln]`` stamped ``t`` ns at ``out[q:]``; returns the
+    position after it. The caller has checked both ranges (numba does not)."""
+    c = ln if ln < snaplen else snaplen
+    sec = t // 1_000_000_000
+    _wr32(out, q, sec)
+    _wr32(out, q + 4, t - sec * 1_000_000_000)
+    _wr32(out, q + 8, c)
+    _wr32(out, q + 12, ln)
+    q += RECORD_HDR
+    memcpy(out, q, buf, o, c)
+    return q + c
 
 
 @njit(cache=True)
@@ -62,24 +79,14 @@ def _emit(
         ln = np.int64(lengths[i])
         if o < 0 or ln < 0 or o > buf.size or ln > buf.size - o:  # no o + ln overflow
             return 2, k
-        need += _RECORD_HDR + (ln if ln < snaplen else snaplen)
+        need += RECORD_HDR + (ln if ln < snaplen else snaplen)
     if need > out.size - pos:
         return 1, need
     q = pos
     for k in range(n):
         i = k if index is None else np.int64(index[k])
-        o = np.int64(offsets[i])
-        ln = np.int64(lengths[i])
-        c = ln if ln < snaplen else snaplen
-        t = np.int64(ts_ns[i])
-        sec = t // 1_000_000_000
-        _wr32(out, q, sec)
-        _wr32(out, q + 4, t - sec * 1_000_000_000)
-        _wr32(out, q + 8, c)
-        _wr32(out, q + 12, ln)
-        q += _RECORD_HDR
-        memcpy(out, q, buf, o, c)
-        q += c
+        q = put_record(out, q, buf, np.int64(offsets[i]), np.int64(lengths[i]),
+                       np.int64(ts_ns[i]), snaplen)
     return 0, q
 
 
@@ -96,7 +103,7 @@ class PcapWriter:
         self,
         path: str | os.PathLike,
         *,
-        snaplen: int = 262144,
+        snaplen: int = DEFAULT_SNAPLEN,
         linktype: int = 1,
         buffer_size: int = 1 << 22,
     ) -> None:
@@ -151,6 +158,16 @@ class PcapWriter:
             raise ValueError(f"batch entry {v} (packet {i}) lies outside buf or offsets")
         self._fill = v
         self.packets += offsets.size if index is None else index.size
+
+    def write_records(self, records: np.ndarray, packets: int) -> None:
+        """Append ``packets`` records already formatted with :func:`put_record` (replay's
+        compiled loop fills its own buffer) after whatever is staged."""
+        if self._f.closed:
+            raise ValueError(f"{self.path}: write_records on a closed PcapWriter")
+        if self._fill:
+            self.flush()
+        self._f.write(records)
+        self.packets += packets
 
     def flush(self) -> None:
         """Hand the staged records to the OS."""
