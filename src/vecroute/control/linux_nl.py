@@ -812,14 +812,89 @@ class KernelSync:
         self.ignored[reason] = self.ignored.get(reason, 0) + n
 
     def _routes(self, R: np.ndarray, H: np.ndarray) -> None:
-        """A run of route messages: the kernel's view updated, the touched keys noted."""
+        """A run of route messages: the kernel's view updated, the touched keys noted.
+        The plain ones (a dump, a BGP feed) take the fast path, the others the full one,
+        in message order."""
         self._check_fib()
         n = R.shape[0]
-        types = R[:, R_TYPE].tolist()
-        self.counts["newroute"] = self.counts.get("newroute", 0) + types.count(RTM_NEWROUTE)
-        self.counts["delroute"] = self.counts.get("delroute", 0) + types.count(RTM_DELROUTE)
+        self.counts["newroute"] = self.counts.get("newroute", 0) + int(
+            np.count_nonzero(R[:, R_TYPE] == RTM_NEWROUTE))
+        self.counts["delroute"] = self.counts.get("delroute", 0) + int(
+            np.count_nonzero(R[:, R_TYPE] == RTM_DELROUTE))
         if np.any(R[:, R_FLAGS] & NLM_F_DUMP_INTR):
             self._dump_intr = True
+        fam = R[:, R_FAM]
+        fast = ((R[:, R_TYPE] == RTM_NEWROUTE) & (R[:, R_RTYPE] == RTN_UNICAST)
+                & ((R[:, R_RTFLAGS] & RTM_F_CLONED) == 0) & (R[:, R_BAD] == 0)
+                & (R[:, R_TOS] == 0)
+                & (((fam == AF_INET) & (R[:, R_DLEN] <= 32))
+                   | ((fam == AF_INET6) & (R[:, R_DLEN] <= 128)))
+                & ((R[:, R_NHID] != 0) | (R[:, R_NHOPS] == 1)))
+        # runs of fast / full rows, in order
+        cuts = np.flatnonzero(fast[1:] != fast[:-1]) + 1
+        start = 0
+        for end in [*cuts.tolist(), n]:
+            if fast[start]:
+                self._routes_fast(R[start:end], H)
+            else:
+                self._routes_full(R[start:end], H)
+            start = end
+        if len(self._touched) >= BATCH_ROUTES:
+            self._flush()
+
+    def _routes_fast(self, R: np.ndarray, H: np.ndarray) -> None:
+        """RTM_NEWROUTEs of unicast routes through a nexthop object or one inline hop, of
+        a valid prefix length, nothing unusual: what _routes_full does with them, with
+        the per-route work done over columns first."""
+        fam6 = R[:, R_FAM] == AF_INET6
+        ktab = R[:, R_TABLE]
+        fs = np.where(fam6, 6, 4).tolist()
+        tabs = np.where((ktab == 254) | (ktab == 255), 0, ktab).tolist()
+        kinds = (ktab != 255).astype(np.int64).tolist()  # the local table's first
+        his = np.where(fam6, R[:, R_HI], 0).astype(np.uint64).tolist()
+        los = R[:, R_LO].astype(np.uint64).tolist()
+        h0 = R[:, R_HOP0]
+        rows = H[h0].tolist()  # each route's first (with no nexthop id: only) hop
+        rt, touched, users, gen = self._rt, self._touched, self._nh_users, self._gen
+        rt_get, users_get = rt.get, users.get
+        pks: dict = {}  # one path key object per nexthop id / hop in this run
+        for f, table, kind, hi, lo, plen, metric, nid, row in zip(
+                fs, tabs, kinds, his, los, R[:, R_DLEN].tolist(), R[:, R_METRIC].tolist(),
+                R[:, R_NHID].tolist(), rows, strict=True):
+            key = (f, table, hi, lo, plen)
+            alt = (kind, metric)
+            if nid:
+                pk = pks.get(nid)
+                if pk is None:
+                    pk = pks[nid] = ("nh", nid)
+            else:
+                row = tuple(row)
+                pk = pks.get(row)
+                if pk is None:
+                    pk = pks[row] = ("hops", (row,))
+            ent = rt_get(key)
+            if ent is None:
+                rt[key] = [gen, {alt: pk}]
+            else:
+                ent[0] = gen
+                alts = ent[1]
+                old = alts.get(alt)
+                if old is not None and old != pk and old[0] == "nh":
+                    self._unuse(old[1], key, alts, alt)
+                alts[alt] = pk
+            if nid:
+                u = users_get(nid)
+                if u is None:
+                    users[nid] = {key}
+                else:
+                    u.add(key)
+            touched[key] = None
+
+    def _routes_full(self, R: np.ndarray, H: np.ndarray) -> None:
+        """Route messages of every kind: the kernel's view updated, the touched keys
+        noted, what is not mirrored counted."""
+        n = R.shape[0]
+        types = R[:, R_TYPE].tolist()
         col = R.T.tolist()
         fams, dlens, tables = col[R_FAM], col[R_DLEN], col[R_TABLE]
         rtypes, rtflags, toss = col[R_RTYPE], col[R_RTFLAGS], col[R_TOS]
@@ -905,8 +980,6 @@ class KernelSync:
                 if not ent[1]:
                     del rt[key]
             touched[key] = None
-        if len(touched) >= BATCH_ROUTES:
-            self._flush()
 
     @staticmethod
     def _del_hops(alts: dict, alt: tuple, gone: tuple) -> bool:
@@ -1028,8 +1101,11 @@ class KernelSync:
         protected = {bulk_key(itf.table, net) for itf in fib.interfaces
                      for a in itf.addresses for _, net in address_routes(a)}
         pcache: tuple[dict, dict] = ({}, {})  # per family: path key -> value or reason
-        adds: dict[tuple, tuple[list, list, list]] = {}  # (f, table) -> keys, values, pks
+        adds: dict[tuple, tuple[list, list]] = {}  # (f, table) -> keys, path keys
         dels: dict[tuple, list] = {}  # (f, table) -> keys
+        add_f = add_t = -1
+        add_k: list = []
+        add_p: list = []
         for key in touched:
             ent = rt_get(key)
             f = key[0]
@@ -1064,24 +1140,25 @@ class KernelSync:
                         self._ignore(f"shadowed-{cur[0]}")  # vecroute's own route stays
                     inst.pop(key, None)  # (not ours in the FIB: nothing to undo)
                     continue
-            ft = key[:2]
             if want is None:
+                ft = key[:2]
                 d = dels.get(ft)
                 if d is None:
                     d = dels[ft] = []
                 d.append(key)
             else:
-                b = adds.get(ft)
-                if b is None:
-                    b = adds[ft] = ([], [], [])
-                b[0].append(key)
-                b[1].append(got)
-                b[2].append(want)
+                if f != add_f or key[1] != add_t:  # (a batch is mostly one table)
+                    add_f, add_t = f, key[1]
+                    add_k, add_p = adds.get((f, add_t)) or adds.setdefault(
+                        (f, add_t), ([], []))
+                add_k.append(key)
+                add_p.append(want)
         for (f, table), ks in dels.items():
             self.removed += fib.uninstall_many(f, table, ks, *_arrays(f, ks))
             for k in ks:
                 del inst[k]
-        for (f, table), (ks, vals, pks) in adds.items():
+        for (f, table), (ks, pks) in adds.items():
+            vals = list(map(pcache[f == 6].__getitem__, pks))
             lbs = np.fromiter(map(_LB, vals), np.int64, len(vals))
             try:
                 fib.install_many(f, table, ks, vals, *_arrays(f, ks), lbs)

@@ -10,7 +10,6 @@ when its MAC changes) and add a host route for on-link hosts.
 from __future__ import annotations
 
 import ipaddress
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -383,12 +382,11 @@ class Fib:
                 raise RouteError(str(e)) from None
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys but {len(values)} values")
-        lbs = np.asarray(lbs, np.int64)
         lpm.add_many(table, addrs, lengths, lbs)  # validates its arrays first
-        uses = Counter(lbs.tolist())
-        for lb, n in uses.items():
+        taken, gone = self.routes.put_many(keys, values)
+        for lb, n in taken.items():
             self.lbs.ref(lb, n)
-        for lb, n in self.routes.put_many(keys, values).items():
+        for lb, n in gone.items():
             self.lbs.unref(lb, n)
 
     @_changes

@@ -20,6 +20,7 @@ from vecroute.control.config import IPAddress, IPNetwork
 
 _M64 = (1 << 64) - 1
 _MISSING = object()
+_LB = itemgetter(2)  # the load-balance of a (kind, paths, lb) value
 
 
 @dataclass
@@ -123,25 +124,27 @@ class RouteTable:
 
     # -- bulk -----------------------------------------------------------------------------
 
-    def put_many(self, keys: list[tuple], values: list[tuple]) -> Counter:
+    def put_many(self, keys: list[tuple], values: list[tuple]) -> tuple[Counter, Counter]:
         """Store bulk routes ``keys[i] -> values[i]`` (``(kind, paths, lb)``), replacing
-        what was at those prefixes; returns the replaced routes' load-balances, counted."""
+        what was at those prefixes (a key given twice keeps its last value). Returns the
+        load-balances now used and those let go, counted (take the first, then the
+        second: a load-balance in both must not be freed in between)."""
+        new = dict(zip(keys, values, strict=True))
         bulk = self._bulk
-        olds = list(map(bulk.get, keys))
-        gone = Counter(map(itemgetter(2), filter(None, olds)))
+        gone = Counter(map(_LB, filter(None, map(bulk.get, new))))
         if self._one_keys:
-            for bk in keys:
+            for bk in new:
                 k = self._one_keys.pop(bk, None)
                 if k is not None:
                     gone[self._one.pop(k).lb] += 1
-        bulk.update(zip(keys, values, strict=True))
-        return gone
+        bulk.update(new)
+        return Counter(map(_LB, new.values())), gone
 
     def pop_many(self, keys: list[tuple]) -> Counter:
         """Remove the routes at these bulk keys (either half); returns their
         load-balances, counted."""
         pop = self._bulk.pop
-        gone = Counter(map(itemgetter(2), filter(None, (pop(k, None) for k in keys))))
+        gone = Counter(map(_LB, filter(None, (pop(k, None) for k in keys))))
         if self._one_keys:
             for bk in keys:
                 k = self._one_keys.pop(bk, None)
