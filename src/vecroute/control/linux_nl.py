@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import gc
 import ipaddress
+import itertools
 import logging
 import math
 import operator
@@ -334,7 +335,8 @@ class KernelSync:
         self.state = "idle"  # -> dumping -> synced; closed
         self._gen = 0  # the mark of the current dump
         self._fib: Fib | None = None  # the Fib our per-FIB state below belongs to
-        # kernel state (independent of the FIB): route key -> [mark, {alt: path key}]
+        # kernel state (independent of the FIB): route key -> [mark, {alt: path key}]; the
+        # dicts are replaced, never changed in place (routes with one path share them)
         self._rt: dict[tuple, list] = {}
         self._inst: dict[tuple, tuple] = {}  # route key -> installed path key
         self._nh: dict[int, _Nexthop] = {}
@@ -783,7 +785,7 @@ class KernelSync:
             ent = self._rt.get(key)
             if ent is None:
                 continue
-            alts = ent[1]
+            alts = ent[1] = dict(ent[1])  # (never changed in place: maybe shared)
             for alt, pk in list(alts.items()):
                 if pk == ("nh", nid):
                     del alts[alt]
@@ -853,35 +855,42 @@ class KernelSync:
         kinds = (ktab != 255).astype(np.int64).tolist()  # the local table's first
         his = np.where(fam6, R[:, R_HI], 0).astype(np.uint64).tolist()
         los = R[:, R_LO].astype(np.uint64).tolist()
-        h0 = R[:, R_HOP0]
-        rows = H[h0].tolist()  # each route's first (with no nexthop id: only) hop
+        nhid = R[:, R_NHID]
+        if nhid.all():
+            rows = itertools.repeat(None)
+        else:  # each route's first (with no nexthop id: only) hop, as a tuple of ints
+            h0 = R[:, R_HOP0]
+            rows = zip(*(H[h0, c].tolist() for c in range(H_COLS)), strict=True)
         rt, touched, users, gen = self._rt, self._touched, self._nh_users, self._gen
         rt_get, users_get = rt.get, users.get
-        pks: dict = {}  # one path key object per nexthop id / hop in this run
+        # one path key per nexthop id / hop in this run, with the {alt: path key} dicts of
+        # routes that have only that one (shared: the kernel view's dicts are replaced,
+        # never changed in place; a full table holds a million of them)
+        pks: dict = {}
         for f, table, kind, hi, lo, plen, metric, nid, row in zip(
                 fs, tabs, kinds, his, los, R[:, R_DLEN].tolist(), R[:, R_METRIC].tolist(),
-                R[:, R_NHID].tolist(), rows, strict=True):
+                nhid.tolist(), rows, strict=False):
             key = (f, table, hi, lo, plen)
             alt = (kind, metric)
-            if nid:
-                pk = pks.get(nid)
-                if pk is None:
-                    pk = pks[nid] = ("nh", nid)
-            else:
-                row = tuple(row)
-                pk = pks.get(row)
-                if pk is None:
-                    pk = pks[row] = ("hops", (row,))
+            got = pks.get(nid or row)
+            if got is None:
+                got = pks[nid or row] = (("nh", nid) if nid else ("hops", (row,)), {})
+            pk, single = got
             ent = rt_get(key)
             if ent is None:
-                rt[key] = [gen, {alt: pk}]
+                one = single.get(alt)
+                if one is None:
+                    one = single[alt] = {alt: pk}
+                rt[key] = [gen, one]
             else:
                 ent[0] = gen
                 alts = ent[1]
                 old = alts.get(alt)
-                if old is not None and old != pk and old[0] == "nh":
-                    self._unuse(old[1], key, alts, alt)
-                alts[alt] = pk
+                if old is not pk and old != pk:
+                    if old is not None and old[0] == "nh":
+                        self._unuse(old[1], key, alts, alt)
+                    alts = ent[1] = dict(alts)
+                    alts[alt] = pk
             if nid:
                 u = users_get(nid)
                 if u is None:
@@ -956,6 +965,7 @@ class KernelSync:
                     rt[key] = [gen, {alt: pk}]
                 else:
                     ent[0] = gen
+                    ent[1] = dict(ent[1])  # (never changed in place: maybe shared)
                     old = ent[1].get(alt)
                     if old is not None and old != pk and old[0] == "nh":
                         self._unuse(old[1], key, ent[1], alt)
@@ -969,6 +979,7 @@ class KernelSync:
             else:
                 if ent is None:
                     continue
+                ent[1] = dict(ent[1])  # (never changed in place: maybe shared)
                 if f == 6 and pk[0] == "hops" and self._del_hops(ent[1], alt, pk[1]):
                     touched[key] = None  # IPv6 siblings: only those hops went
                     continue
@@ -1161,7 +1172,7 @@ class KernelSync:
             vals = list(map(pcache[f == 6].__getitem__, pks))
             lbs = np.fromiter(map(_LB, vals), np.int64, len(vals))
             try:
-                fib.install_many(f, table, ks, vals, *_arrays(f, ks), lbs)
+                fib.install_many(f, table, ks, vals, *_arrays(f, ks), lbs, distinct=True)
             except RouteError as e:  # one table too many (nothing of it installed)
                 self._ignore("tables-full", len(ks))
                 log.warning("netlink: %d routes of table %d not mirrored: %s",

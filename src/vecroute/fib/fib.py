@@ -367,13 +367,14 @@ class Fib:
 
     @_changes
     def install_many(self, family: int, table: int, keys: list[tuple], values: list[tuple],
-                     addrs, lengths, lbs) -> None:
+                     addrs, lengths, lbs, distinct: bool = False) -> None:
         """Install many routes of one family and table at once, replacing any at the same
         prefixes. ``keys[i]`` is route i's int key (route_table.bulk_key form), ``values[i]``
         its ``(kind, paths, lb)`` (share one tuple between routes with the same paths);
         ``addrs``/``lengths``/``lbs`` the same prefixes and load-balances in
-        Lpm.add_many's array form. Checked before anything changes: it raises RouteError
-        (one table too many) or ValueError (bad arrays) with the tables untouched."""
+        Lpm.add_many's array form; ``distinct``: the caller knows no key comes twice
+        (cheaper). Checked before anything changes: it raises RouteError (one table too
+        many) or ValueError (bad arrays) with the tables untouched."""
         lpm = self.lpm[family]
         if lpm.table_index(table) < 0:
             try:
@@ -382,8 +383,13 @@ class Fib:
                 raise RouteError(str(e)) from None
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        lbs = np.asarray(lbs, np.int64)
         lpm.add_many(table, addrs, lengths, lbs)  # validates its arrays first
-        taken, gone = self.routes.put_many(keys, values)
+        taken, gone = self.routes.put_many(keys, values, distinct)
+        if taken is None:
+            counts = np.bincount(lbs)
+            taken = dict(zip(np.flatnonzero(counts).tolist(),
+                             counts[counts > 0].tolist(), strict=True))
         for lb, n in taken.items():
             self.lbs.ref(lb, n)
         for lb, n in gone.items():

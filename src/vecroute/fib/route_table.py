@@ -124,21 +124,25 @@ class RouteTable:
 
     # -- bulk -----------------------------------------------------------------------------
 
-    def put_many(self, keys: list[tuple], values: list[tuple]) -> tuple[Counter, Counter]:
+    def put_many(self, keys: list[tuple], values: list[tuple], distinct: bool = False
+                 ) -> tuple[Counter | None, Counter]:
         """Store bulk routes ``keys[i] -> values[i]`` (``(kind, paths, lb)``), replacing
         what was at those prefixes (a key given twice keeps its last value). Returns the
-        load-balances now used and those let go, counted (take the first, then the
+        load-balances now used (None when the caller says the keys are ``distinct``: then
+        they are the values' own) and those let go, counted (take the first, then the
         second: a load-balance in both must not be freed in between)."""
-        new = dict(zip(keys, values, strict=True))
+        new = zip(keys, values, strict=True) if distinct else dict(
+            zip(keys, values, strict=True))
+        ks = keys if distinct else new
         bulk = self._bulk
-        gone = Counter(map(_LB, filter(None, map(bulk.get, new))))
+        gone = Counter(map(_LB, filter(None, map(bulk.get, ks))))
         if self._one_keys:
-            for bk in new:
+            for bk in ks:
                 k = self._one_keys.pop(bk, None)
                 if k is not None:
                     gone[self._one.pop(k).lb] += 1
         bulk.update(new)
-        return Counter(map(_LB, new.values())), gone
+        return (None if distinct else Counter(map(_LB, new.values()))), gone
 
     def pop_many(self, keys: list[tuple]) -> Counter:
         """Remove the routes at these bulk keys (either half); returns their
