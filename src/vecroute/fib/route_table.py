@@ -102,6 +102,13 @@ class RouteTable:
             raise KeyError(key)
         return default
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RouteTable):
+            other = dict(other.items())
+        return isinstance(other, dict) and dict(self.items()) == other
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable, like a dict)
+
     def __iter__(self) -> Iterator[tuple[int, IPNetwork]]:
         yield from list(self._one)
         for bk in list(self._bulk):
