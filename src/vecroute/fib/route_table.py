@@ -10,6 +10,8 @@ routes``, a trace). Both halves look like one dict to readers; a prefix is in on
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import ipaddress
 from collections import Counter
 from collections.abc import Iterator
@@ -39,6 +41,19 @@ def bulk_key(table: int, prefix: IPNetwork) -> tuple[int, int, int, int, int]:
     if prefix.version == 4:
         return (4, table, 0, a, prefix.prefixlen)
     return (6, table, a >> 64, a & _M64, prefix.prefixlen)
+
+
+@contextlib.contextmanager
+def _no_collection():
+    """The cyclic collector paused while many objects are made (each pass would walk the
+    whole heap: a full table's worth)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _network(key: tuple) -> IPNetwork:
@@ -120,14 +135,22 @@ class RouteTable:
     def items(self) -> list[tuple[tuple[int, IPNetwork], Route]]:
         """A snapshot (a list), bulk routes made into Route objects."""
         out = list(self._one.items())
-        for bk, (kind, paths, lb) in list(self._bulk.items()):
-            net = _network(bk)
-            out.append(((bk[1], net), Route(net, bk[1], kind, paths, None, lb)))
+        if self._bulk:
+            with _no_collection():
+                for bk, (kind, paths, lb) in list(self._bulk.items()):
+                    net = _network(bk)
+                    out.append(((bk[1], net), Route(net, bk[1], kind, paths, None, lb)))
         return out
 
     def values(self) -> list[Route]:
-        """A snapshot (a list) of every route."""
-        return [r for _, r in self.items()]
+        """A snapshot (a list) of every route, bulk ones made into Route objects (a
+        mirrored full table: a million objects made now, with no collection pass)."""
+        out = list(self._one.values())
+        if self._bulk:
+            with _no_collection():
+                out += [Route(_network(bk), bk[1], kind, paths, None, lb)
+                        for bk, (kind, paths, lb) in list(self._bulk.items())]
+        return out
 
     # -- bulk -----------------------------------------------------------------------------
 
