@@ -26,14 +26,16 @@ from __future__ import annotations
 import errno
 import gc
 import ipaddress
+import itertools
 import logging
 import math
+import operator
 import os
 import socket
 import struct
 import time
 from collections.abc import Callable
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from ipaddress import IPv4Address, IPv6Address
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,7 +43,8 @@ from numba import njit
 
 from vecroute.control.neighbors import NeighborTable
 from vecroute.fib.adjacency import MAX_BUCKETS
-from vecroute.fib.fib import Fib, Route, RouteError, _address_routes
+from vecroute.fib.fib import Fib, RouteError, address_routes
+from vecroute.fib.route_table import bulk_key
 
 log = logging.getLogger("vecroute.linux_nl")
 
@@ -281,55 +284,6 @@ def _ip(fam: int, raw: bytes) -> IPv4Address | IPv6Address | None:
     return None
 
 
-_MASK4 = [IPv4Address((0xFFFFFFFF << (32 - p)) & 0xFFFFFFFF) for p in range(33)]
-_MASK6 = [IPv6Address((_M64 << 64 | _M64) ^ ((1 << (128 - p)) - 1)) for p in range(129)]
-_new = object.__new__
-
-
-class _Net4(IPv4Network):
-    """An IPv4Network whose hash is computed once: the FIB's dict hashes each key several
-    times per install, and ipaddress computes it anew each time (equal to and hashing
-    like the IPv4Network of the same prefix)."""
-
-    def __hash__(self) -> int:
-        return self._hash
-
-
-class _Net6(IPv6Network):
-    """The same for IPv6."""
-
-    def __hash__(self) -> int:
-        return self._hash
-
-
-_MASK4_INT = [int(m) for m in _MASK4]
-_MASK6_INT = [int(m) for m in _MASK6]
-
-
-def net4(addr: int, plen: int) -> IPv4Network:
-    """IPv4Network((addr, plen)) without its parsing (a full table makes a million)."""
-    n = _new(_Net4)
-    a = _new(IPv4Address)
-    a._ip = addr
-    n.network_address, n.netmask, n._prefixlen = a, _MASK4[plen], plen
-    n._hash = hash(addr ^ _MASK4_INT[plen])  # as _BaseNetwork.__hash__
-    if plen >= 31:
-        n.hosts = n.__iter__ if plen == 31 else (lambda a=a: [a])
-    return n
-
-
-def net6(addr: int, plen: int) -> IPv6Network:
-    """IPv6Network((addr, plen)) without its parsing."""
-    n = _new(_Net6)
-    a = _new(IPv6Address)
-    a._ip, a._scope_id = addr, None
-    n.network_address, n.netmask, n._prefixlen = a, _MASK6[plen], plen
-    n._hash = hash(addr ^ _MASK6_INT[plen])
-    if plen >= 127:
-        n.hosts = n.__iter__ if plen == 127 else (lambda a=a: [a])
-    return n
-
-
 def fit_weights(weights: list[int]) -> list[int]:
     """Kernel weights (1..256 per hop, any sum) as vecroute ECMP buckets (at most
     MAX_BUCKETS in all): divided by their gcd, then scaled down keeping each >= 1."""
@@ -381,7 +335,8 @@ class KernelSync:
         self.state = "idle"  # -> dumping -> synced; closed
         self._gen = 0  # the mark of the current dump
         self._fib: Fib | None = None  # the Fib our per-FIB state below belongs to
-        # kernel state (independent of the FIB): route key -> [mark, {alt: path key}]
+        # kernel state (independent of the FIB): route key -> [mark, {alt: path key}]; the
+        # dicts are replaced, never changed in place (routes with one path share them)
         self._rt: dict[tuple, list] = {}
         self._inst: dict[tuple, tuple] = {}  # route key -> installed path key
         self._nh: dict[int, _Nexthop] = {}
@@ -801,8 +756,7 @@ class KernelSync:
                 usable = not isinstance(r, str) or r == "blackhole"
                 if lb is not None and usable:
                     adjs, ws = self._adjs(self._fib, fam, r)
-                    self._fib.lbs.set_private(lb, adjs, ws)
-                    self._fib.version += 1
+                    self._fib.set_load_balance(lb, adjs, ws)
                     self._changed()
                 elif lb is not None or usable:
                     # became unusable, or usable for the first time: its routes again
@@ -831,7 +785,7 @@ class KernelSync:
             ent = self._rt.get(key)
             if ent is None:
                 continue
-            alts = ent[1]
+            alts = ent[1] = dict(ent[1])  # (never changed in place: maybe shared)
             for alt, pk in list(alts.items()):
                 if pk == ("nh", nid):
                     del alts[alt]
@@ -860,14 +814,96 @@ class KernelSync:
         self.ignored[reason] = self.ignored.get(reason, 0) + n
 
     def _routes(self, R: np.ndarray, H: np.ndarray) -> None:
-        """A run of route messages: the kernel's view updated, the touched keys noted."""
+        """A run of route messages: the kernel's view updated, the touched keys noted.
+        The plain ones (a dump, a BGP feed) take the fast path, the others the full one,
+        in message order."""
         self._check_fib()
         n = R.shape[0]
-        types = R[:, R_TYPE].tolist()
-        self.counts["newroute"] = self.counts.get("newroute", 0) + types.count(RTM_NEWROUTE)
-        self.counts["delroute"] = self.counts.get("delroute", 0) + types.count(RTM_DELROUTE)
+        self.counts["newroute"] = self.counts.get("newroute", 0) + int(
+            np.count_nonzero(R[:, R_TYPE] == RTM_NEWROUTE))
+        self.counts["delroute"] = self.counts.get("delroute", 0) + int(
+            np.count_nonzero(R[:, R_TYPE] == RTM_DELROUTE))
         if np.any(R[:, R_FLAGS] & NLM_F_DUMP_INTR):
             self._dump_intr = True
+        fam = R[:, R_FAM]
+        fast = ((R[:, R_TYPE] == RTM_NEWROUTE) & (R[:, R_RTYPE] == RTN_UNICAST)
+                & ((R[:, R_RTFLAGS] & RTM_F_CLONED) == 0) & (R[:, R_BAD] == 0)
+                & (R[:, R_TOS] == 0)
+                & (((fam == AF_INET) & (R[:, R_DLEN] <= 32))
+                   | ((fam == AF_INET6) & (R[:, R_DLEN] <= 128)))
+                & ((R[:, R_NHID] != 0) | (R[:, R_NHOPS] == 1)))
+        # runs of fast / full rows, in order
+        cuts = np.flatnonzero(fast[1:] != fast[:-1]) + 1
+        start = 0
+        for end in [*cuts.tolist(), n]:
+            if fast[start]:
+                self._routes_fast(R[start:end], H)
+            else:
+                self._routes_full(R[start:end], H)
+            start = end
+        if len(self._touched) >= BATCH_ROUTES:
+            self._flush()
+
+    def _routes_fast(self, R: np.ndarray, H: np.ndarray) -> None:
+        """RTM_NEWROUTEs of unicast routes through a nexthop object or one inline hop, of
+        a valid prefix length, nothing unusual: what _routes_full does with them, with
+        the per-route work done over columns first."""
+        fam6 = R[:, R_FAM] == AF_INET6
+        ktab = R[:, R_TABLE]
+        fs = np.where(fam6, 6, 4).tolist()
+        tabs = np.where((ktab == 254) | (ktab == 255), 0, ktab).tolist()
+        kinds = (ktab != 255).astype(np.int64).tolist()  # the local table's first
+        his = np.where(fam6, R[:, R_HI], 0).astype(np.uint64).tolist()
+        los = R[:, R_LO].astype(np.uint64).tolist()
+        nhid = R[:, R_NHID]
+        if nhid.all():
+            rows = itertools.repeat(None)
+        else:  # each route's first (with no nexthop id: only) hop, as a tuple of ints
+            h0 = R[:, R_HOP0]
+            rows = zip(*(H[h0, c].tolist() for c in range(H_COLS)), strict=True)
+        rt, touched, users, gen = self._rt, self._touched, self._nh_users, self._gen
+        rt_get, users_get = rt.get, users.get
+        # one path key per nexthop id / hop in this run, with the {alt: path key} dicts of
+        # routes that have only that one (shared: the kernel view's dicts are replaced,
+        # never changed in place; a full table holds a million of them)
+        pks: dict = {}
+        for f, table, kind, hi, lo, plen, metric, nid, row in zip(
+                fs, tabs, kinds, his, los, R[:, R_DLEN].tolist(), R[:, R_METRIC].tolist(),
+                nhid.tolist(), rows, strict=False):
+            key = (f, table, hi, lo, plen)
+            alt = (kind, metric)
+            got = pks.get(nid or row)
+            if got is None:
+                got = pks[nid or row] = (("nh", nid) if nid else ("hops", (row,)), {})
+            pk, single = got
+            ent = rt_get(key)
+            if ent is None:
+                one = single.get(alt)
+                if one is None:
+                    one = single[alt] = {alt: pk}
+                rt[key] = [gen, one]
+            else:
+                ent[0] = gen
+                alts = ent[1]
+                old = alts.get(alt)
+                if old is not pk and old != pk:
+                    if old is not None and old[0] == "nh":
+                        self._unuse(old[1], key, alts, alt)
+                    alts = ent[1] = dict(alts)
+                    alts[alt] = pk
+            if nid:
+                u = users_get(nid)
+                if u is None:
+                    users[nid] = {key}
+                else:
+                    u.add(key)
+            touched[key] = None
+
+    def _routes_full(self, R: np.ndarray, H: np.ndarray) -> None:
+        """Route messages of every kind: the kernel's view updated, the touched keys
+        noted, what is not mirrored counted."""
+        n = R.shape[0]
+        types = R[:, R_TYPE].tolist()
         col = R.T.tolist()
         fams, dlens, tables = col[R_FAM], col[R_DLEN], col[R_TABLE]
         rtypes, rtflags, toss = col[R_RTYPE], col[R_RTFLAGS], col[R_TOS]
@@ -929,6 +965,7 @@ class KernelSync:
                     rt[key] = [gen, {alt: pk}]
                 else:
                     ent[0] = gen
+                    ent[1] = dict(ent[1])  # (never changed in place: maybe shared)
                     old = ent[1].get(alt)
                     if old is not None and old != pk and old[0] == "nh":
                         self._unuse(old[1], key, ent[1], alt)
@@ -942,6 +979,7 @@ class KernelSync:
             else:
                 if ent is None:
                     continue
+                ent[1] = dict(ent[1])  # (never changed in place: maybe shared)
                 if f == 6 and pk[0] == "hops" and self._del_hops(ent[1], alt, pk[1]):
                     touched[key] = None  # IPv6 siblings: only those hops went
                     continue
@@ -953,8 +991,6 @@ class KernelSync:
                 if not ent[1]:
                     del rt[key]
             touched[key] = None
-        if len(touched) >= BATCH_ROUTES:
-            self._flush()
 
     @staticmethod
     def _del_hops(alts: dict, alt: tuple, gone: tuple) -> bool:
@@ -1036,12 +1072,10 @@ class KernelSync:
         self._paths.clear()
 
     def _uninstall_now(self, key: tuple) -> None:
-        f, table, hi, lo, plen = key
-        net = net4(lo, plen) if f == 4 else net6((hi << 64) | lo, plen)
-        r = self._fib.routes.get((table, net))
-        if r is not None and r.kind in KERNEL_KINDS:
-            self._fib.remove_route(table, net)
-            self.removed += 1
+        cur = self._fib.routes.get_bulk(key)
+        if cur is not None and cur[0] in KERNEL_KINDS:
+            f, table = key[0], key[1]
+            self.removed += self._fib.uninstall_many(f, table, [key], *_arrays(f, [key]))
         self._inst.pop(key, None)
         self._changed()
 
@@ -1057,90 +1091,103 @@ class KernelSync:
             gc.disable()
         try:
             self._apply(fib, touched)
+        except Exception:
+            # _inst holds only what the FIB took: the keys go back, to be applied again
+            # (the resync the error asks for refreshes them anyway)
+            touched.update(self._touched)
+            self._touched = touched
+            raise
         finally:
             if big:
                 gc.enable()
         self._changed()
 
     def _apply(self, fib: Fib, touched: dict) -> None:
-        adds: dict[tuple, tuple] = {}
-        dels: dict[tuple, tuple] = {}
-        rt, inst, routes = self._rt, self._inst, fib.routes
+        """The FIB brought in step with the kernel view at the touched keys: what each
+        key should hold is decided first, then applied in one bulk call per (family,
+        table); the installed set (_inst) follows each call that succeeded only."""
+        rt_get, inst = self._rt.get, self._inst
+        inst_get = inst.get
         # vecroute's own routes (the addresses'): as int keys, cheap to test
-        protected = set()
-        for itf in fib.interfaces:
-            for a in itf.addresses:
-                for _, net in _address_routes(a):
-                    protected.add((net.version, itf.table) + _key_tail(net.version, net))
-        pcache: dict[tuple, Any] = {}
+        protected = {bulk_key(itf.table, net) for itf in fib.interfaces
+                     for a in itf.addresses for _, net in address_routes(a)}
+        pcache: tuple[dict, dict] = ({}, {})  # per family: path key -> value or reason
+        adds: dict[tuple, tuple[list, list]] = {}  # (f, table) -> keys, path keys
+        dels: dict[tuple, list] = {}  # (f, table) -> keys
+        add_f = add_t = -1
+        add_k: list = []
+        add_p: list = []
         for key in touched:
-            ent = rt.get(key)
-            f, table, hi, lo, plen = key
+            ent = rt_get(key)
+            f = key[0]
             want = None
             if ent is not None:
                 alts = ent[1]
-                pk = alts[min(alts)] if len(alts) > 1 else next(iter(alts.values()))
-                got = pcache.get((f, pk))
+                if len(alts) == 1:
+                    [pk] = alts.values()
+                else:
+                    pk = alts[min(alts)]
+                pc = pcache[f == 6]
+                got = pc.get(pk)
                 if got is None:
-                    got = pcache[(f, pk)] = self._path(f, pk)
-                if isinstance(got, str):
+                    got = pc[pk] = self._value(f, pk)
+                if got.__class__ is str:
                     self._ignore(got)
                 else:
                     want = pk
-            have = inst.get(key)
-            if want is None and have is None:
-                continue
-            if want is not None and have == want:
+                    if f == 6 and (key[2] >> 54) == 0x3FA:  # fe80::/10: per link
+                        self._ignore("link-local")
+                        want = None
+            have = inst_get(key)
+            if want is None:
+                if have is None:
+                    continue
+            elif have == want:
                 continue  # unchanged (a resync refreshing what is installed)
-            if f == 4:
-                net = net4(lo, plen)
-            else:
-                a = (hi << 64) | lo
-                net = net6(a, plen)
-                if want is not None and (hi >> 54) == 0x3FA:  # fe80::/10: per link
-                    self._ignore("link-local")
-                    want = None
             if key in protected:
-                cur = routes.get((table, net))
-                if cur is not None and cur.kind in PROTECTED:
+                cur = fib.routes.get_bulk(key)
+                if cur is not None and cur[0] in PROTECTED:
                     if want is not None:
-                        self._ignore(f"shadowed-{cur.kind}")  # vecroute's own route stays
-                    inst.pop(key, None)
+                        self._ignore(f"shadowed-{cur[0]}")  # vecroute's own route stays
+                    inst.pop(key, None)  # (not ours in the FIB: nothing to undo)
                     continue
             if want is None:
-                if have is not None:
-                    b = dels.setdefault((f, table), ([], [], [], []))
-                    b[0].append(net)
-                    b[1].append(hi)
-                    b[2].append(lo)
-                    b[3].append(plen)
-                    del inst[key]
-                continue
-            lb, paths = got
-            kind = "kernel" if pk[0] in ("nh", "hops") else pk[0]
-            r = Route(net, table, kind, paths, None, lb)
-            b = adds.setdefault((f, table), ([], [], [], [], []))
-            b[0].append(r)
-            b[1].append(hi)
-            b[2].append(lo)
-            b[3].append(plen)
-            b[4].append(lb)
-            inst[key] = want
-        for (f, table), (nets, his, los, lens) in dels.items():
-            self.removed += fib.uninstall_many(f, table, nets, *_arrays(f, his, los, lens))
-        for (f, table), (rs, his, los, lens, lbs) in adds.items():
+                ft = key[:2]
+                d = dels.get(ft)
+                if d is None:
+                    d = dels[ft] = []
+                d.append(key)
+            else:
+                if f != add_f or key[1] != add_t:  # (a batch is mostly one table)
+                    add_f, add_t = f, key[1]
+                    add_k, add_p = adds.get((f, add_t)) or adds.setdefault(
+                        (f, add_t), ([], []))
+                add_k.append(key)
+                add_p.append(want)
+        for (f, table), ks in dels.items():
+            self.removed += fib.uninstall_many(f, table, ks, *_arrays(f, ks))
+            for k in ks:
+                del inst[k]
+        for (f, table), (ks, pks) in adds.items():
+            vals = list(map(pcache[f == 6].__getitem__, pks))
+            lbs = np.fromiter(map(_LB, vals), np.int64, len(vals))
             try:
-                fib.install_many(f, table, rs, *_arrays(f, his, los, lens),
-                                 np.asarray(lbs, np.int64))
-            except RouteError as e:  # one table too many
-                self._ignore("tables-full", len(rs))
+                fib.install_many(f, table, ks, vals, *_arrays(f, ks), lbs, distinct=True)
+            except RouteError as e:  # one table too many (nothing of it installed)
+                self._ignore("tables-full", len(ks))
                 log.warning("netlink: %d routes of table %d not mirrored: %s",
-                            len(rs), table, e)
-                for r in rs:
-                    key = (f, table) + _key_tail(f, r.prefix)
-                    inst.pop(key, None)
+                            len(ks), table, e)
                 continue
-            self.installed += len(rs)
+            inst.update(zip(ks, pks, strict=True))
+            self.installed += len(ks)
+
+    def _value(self, f: int, pk: tuple):
+        """The FIB's (kind, paths, lb) of a path key for family f, or a reason string."""
+        got = self._path(f, pk)
+        if isinstance(got, str):
+            return got
+        lb, paths = got
+        return ("kernel" if pk[0] in ("nh", "hops") else pk[0], paths, lb)
 
     def _dump_done(self) -> None:
         """The dump ended: sweep what it did not refresh (VPP lcp_nl's mark and sweep)."""
@@ -1224,12 +1271,15 @@ KERNEL_KINDS = frozenset(("kernel", "blackhole", "unreachable", "prohibit"))
 PROTECTED = frozenset(("local", "anycast", "connected", "broadcast"))
 
 
-def _key_tail(f: int, net) -> tuple:
-    a = int(net.network_address)
-    return (a >> 64, a & _M64, net.prefixlen) if f == 6 else (0, a, net.prefixlen)
+_LB = operator.itemgetter(2)  # the load-balance of a (kind, paths, lb) value
+_HI, _LO, _PLEN = operator.itemgetter(2), operator.itemgetter(3), operator.itemgetter(4)
 
 
-def _arrays(f: int, his: list, los: list, lens: list) -> tuple:
+def _arrays(f: int, keys: list[tuple]) -> tuple:
+    """Route keys in Lpm.add_many's array form: (addrs, lengths)."""
+    n = len(keys)
+    lens = np.fromiter(map(_PLEN, keys), np.int64, n)
     if f == 4:
-        return np.asarray(los, np.uint32), np.asarray(lens, np.int64)
-    return (np.asarray(his, np.uint64), np.asarray(los, np.uint64)), np.asarray(lens, np.int64)
+        return np.fromiter(map(_LO, keys), np.uint32, n), lens
+    return (np.fromiter(map(_HI, keys), np.uint64, n),
+            np.fromiter(map(_LO, keys), np.uint64, n)), lens

@@ -177,16 +177,17 @@ class LoadBalanceTable:
     def __len__(self) -> int:
         return len(self.index)
 
-    def ref(self, i: int) -> None:
-        """A route now points at load-balance i (the first one holds its adjacencies)."""
+    def ref(self, i: int, n: int = 1) -> None:
+        """``n`` routes now point at load-balance i (the first holds its adjacencies)."""
         if self.refs[i] == 0:
             for a in set(self.paths[i] or ()):
                 self.adjs.ref(a)
-        self.refs[i] += 1
+        self.refs[i] += n
 
-    def unref(self, i: int) -> None:
-        """A route left load-balance i; the last one frees it and lets its adjacencies go."""
-        self.refs[i] -= 1
+    def unref(self, i: int, n: int = 1) -> None:
+        """``n`` routes left load-balance i; the last one frees it and lets its
+        adjacencies go."""
+        self.refs[i] -= n
         if self.refs[i] > 0:
             return
         key = self.paths[i]

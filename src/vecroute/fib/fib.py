@@ -17,6 +17,7 @@ import numpy as np
 from vecroute.control.config import Config, ConfigError, IPAddress, IPNetwork, format_mac
 from vecroute.fib.adjacency import MAX_BUCKETS, AdjacencyTable, AdjKey, LoadBalanceTable
 from vecroute.fib.lpm import Lpm
+from vecroute.fib.route_table import Route, RouteTable
 from vecroute.graph.state import (
     ADJ_GLEAN,
     ADJ_INCOMPLETE,
@@ -44,8 +45,10 @@ from vecroute.graph.state import (
 MAX_TABLES = 256  # FIB tables per address family (each costs a 256 KiB trie root)
 
 
-def _address_routes(a) -> list[tuple[str, IPNetwork]]:
-    """(kind, prefix) of the routes one interface address installs (_install_address)."""
+def address_routes(a) -> list[tuple[str, IPNetwork]]:
+    """(kind, prefix) of the routes one interface address installs: its local route, the
+    subnet-router anycast (IPv6, RFC 4291 2.6.1), the connected subnet and the
+    directed-broadcast drops (IPv4, RFC 1812 5.3.5.2)."""
     out = [("local", ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}"))]
     net = a.network
     if a.version == 6 and net.prefixlen < 127 and net.network_address != a.ip:
@@ -107,16 +110,6 @@ class Interface:
         return ipaddress.IPv6Address(b"\xfe\x80" + b"\x00" * 6 + eui)
 
 
-@dataclass
-class Route:
-    prefix: IPNetwork
-    table: int
-    kind: str  # "static", "connected", "local", "neighbor", "kernel", "unreachable", ...
-    paths: list[tuple[int, IPAddress | None]]  # (interface index, next hop or None)
-    weights: list[int] | None = None
-    lb: int = -1
-
-
 class Fib:
     """All FIB tables, adjacencies and neighbours of one router."""
 
@@ -125,7 +118,7 @@ class Fib:
         self.adjs = AdjacencyTable()
         self.lbs = LoadBalanceTable(self.adjs)
         self.interfaces: list[Interface] = []
-        self.routes: dict[tuple[int, IPNetwork], Route] = {}
+        self.routes = RouteTable()  # (table, prefix) -> Route
         self.neighbors: dict[tuple[int, IPAddress], bytes] = {}
         self.icmp_rate = (1000, 50, 1000, 50)  # ICMP rate, burst; RST rate, burst
         self.version = 0  # bumped by every change of the tables (see _changes)
@@ -192,30 +185,22 @@ class Fib:
         return ifx
 
     def _install_address(self, ifx: int, a) -> None:
-        """What one interface address installs: its local route, the subnet-router anycast
-        (IPv6), the connected subnet (glean) and the directed-broadcast drops (IPv4)."""
+        """Install what one interface address implies (address_routes); an anycast
+        route never replaces another route at that prefix."""
         itf = self.interfaces[ifx]
-        host = ipaddress.ip_network(f"{a.ip}/{a.max_prefixlen}")
-        self._install(Route(host, itf.table, "local", []), self.lbs.get([self.adjs.local]))
-        net = a.network
-        if a.version == 6 and net.prefixlen < 127 and net.network_address != a.ip:
-            # RFC 4291 2.6.1: routers answer the subnet-router anycast address
-            anycast = ipaddress.ip_network(f"{net.network_address}/128")
-            if (itf.table, anycast) not in self.routes:
-                self._install(Route(anycast, itf.table, "anycast", []),
-                              self.lbs.get([self.adjs.local_anycast]))
-        if net.prefixlen < a.max_prefixlen:
-            glean = self.adjs.get(AdjKey(ADJ_GLEAN, ifx, a.version))
-            self._install(
-                Route(net, itf.table, "connected", [(ifx, None)]), self.lbs.get([glean])
-            )
-        if a.version == 4 and net.prefixlen <= 30:
-            # RFC 1812 5.3.5.2: directed broadcasts are not forwarded by default
-            drop = self.lbs.get([self.adjs.drop])
-            for edge in (net.network_address, net.broadcast_address):
-                self._install(
-                    Route(ipaddress.ip_network(f"{edge}/32"), itf.table, "broadcast", []), drop
-                )
+        for kind, net in address_routes(a):
+            if kind == "local":
+                lb, paths = self.lbs.get([self.adjs.local]), []
+            elif kind == "anycast":
+                if (itf.table, net) in self.routes:
+                    continue
+                lb, paths = self.lbs.get([self.adjs.local_anycast]), []
+            elif kind == "connected":
+                glean = self.adjs.get(AdjKey(ADJ_GLEAN, ifx, a.version))
+                lb, paths = self.lbs.get([glean]), [(ifx, None)]
+            else:  # broadcast: not forwarded by default
+                lb, paths = self.lbs.get([self.adjs.drop]), []
+            self._install(Route(net, itf.table, kind, paths), lb)
 
     @_changes
     def add_address(self, ifx: int, addr) -> bool:
@@ -243,8 +228,8 @@ class Fib:
             if other.table != itf.table:
                 continue
             for b in other.addresses:
-                implied |= {(k, net) for k, net in _address_routes(b)}
-        for kind, net in _address_routes(a):
+                implied |= {(k, net) for k, net in address_routes(b)}
+        for kind, net in address_routes(a):
             r = self.routes.get((itf.table, net))
             if r is not None and r.kind == kind and (kind, net) not in implied:
                 self._uninstall(itf.table, net)
@@ -381,50 +366,52 @@ class Fib:
     # -- bulk (the kernel's table mirrored by netlink: one Lpm.add_many per batch) --------
 
     @_changes
-    def install_many(self, family: int, table: int, routes: list[Route], addrs, lengths,
-                     values) -> None:
-        """Install many routes of one family and table at once (replacing any at the same
-        prefixes): ``routes[i]`` holds prefix i's Route (``lb`` set), ``addrs``/``lengths``/
-        ``values`` the same prefixes and load-balances in Lpm.add_many's array form. Per
-        route it costs a dict store and a reference; the trie is written in one pass."""
-        if self.lpm[family].table_index(table) < 0:
+    def install_many(self, family: int, table: int, keys: list[tuple], values: list[tuple],
+                     addrs, lengths, lbs, distinct: bool = False) -> None:
+        """Install many routes of one family and table at once, replacing any at the same
+        prefixes. ``keys[i]`` is route i's int key (route_table.bulk_key form), ``values[i]``
+        its ``(kind, paths, lb)`` (share one tuple between routes with the same paths);
+        ``addrs``/``lengths``/``lbs`` the same prefixes and load-balances in
+        Lpm.add_many's array form; ``distinct``: the caller knows no key comes twice
+        (cheaper). Checked before anything changes: it raises RouteError (one table too
+        many) or ValueError (bad arrays) with the tables untouched."""
+        lpm = self.lpm[family]
+        if lpm.table_index(table) < 0:
             try:
-                self.lpm[family].table_index(table, create=True)
+                lpm.table_index(table, create=True)
             except ValueError as e:
                 raise RouteError(str(e)) from None
-        store = self.routes
-        refs = self.lbs.refs
-        ref, unref = self.lbs.ref, self.lbs.unref
-        gone: list[int] = []
-        for r in routes:
-            lb = r.lb
-            if refs[lb]:
-                refs[lb] += 1  # (the first reference takes the adjacencies: ref())
-            else:
-                ref(lb)
-            old = store.get((table, r.prefix))
-            store[(table, r.prefix)] = r
-            if old is not None:
-                gone.append(old.lb)
-        self.lpm[family].add_many(table, addrs, lengths, values)
-        for lb in gone:
-            unref(lb)
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        lbs = np.asarray(lbs, np.int64)
+        lpm.add_many(table, addrs, lengths, lbs)  # validates its arrays first
+        taken, gone = self.routes.put_many(keys, values, distinct)
+        if taken is None:
+            counts = np.bincount(lbs)
+            taken = dict(zip(np.flatnonzero(counts).tolist(),
+                             counts[counts > 0].tolist(), strict=True))
+        for lb, n in taken.items():
+            self.lbs.ref(lb, n)
+        for lb, n in gone.items():
+            self.lbs.unref(lb, n)
 
     @_changes
-    def uninstall_many(self, family: int, table: int, prefixes: list[IPNetwork], addrs,
+    def uninstall_many(self, family: int, table: int, keys: list[tuple], addrs,
                        lengths) -> int:
-        """Remove many routes of one family and table (those present); returns how many."""
-        store = self.routes
-        unref = self.lbs.unref
-        n = 0
-        for p in prefixes:
-            r = store.pop((table, p), None)
-            if r is not None:
-                unref(r.lb)
-                n += 1
-        if n:
+        """Remove many routes of one family and table by int key (those present, whatever
+        their kind); returns how many were there."""
+        gone = self.routes.pop_many(keys)
+        if gone:
             self.lpm[family].delete_many(table, addrs, lengths)
-        return n
+        for lb, n in gone.items():
+            self.lbs.unref(lb, n)
+        return sum(gone.values())
+
+    @_changes
+    def set_load_balance(self, lb: int, adjs: list[int], weights: list[int] | None) -> None:
+        """New buckets for a private load-balance (a kernel nexthop object changed): every
+        route through it follows at once."""
+        self.lbs.set_private(lb, adjs, weights)
 
     @_changes
     def remove_route(self, table: int, prefix: IPNetwork) -> Route | None:

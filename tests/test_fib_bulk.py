@@ -1,0 +1,358 @@
+"""The FIB's bulk route path (Fib.install_many / uninstall_many, the RouteTable's int-keyed
+half) and KernelSync's fast path for plain route messages.
+
+Oracles: a plain-Python longest-prefix match over the routes that should be there (a dict
+scan by length), the same changes applied one route at a time, and KernelSync's full
+message path (the one test_linux_nl checks against the kernel) for the fast one. No root
+needed: the route messages are built here as bytes, as the kernel would send them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import struct
+
+import numpy as np
+import pytest
+
+from vecroute.control.config import parse_config
+from vecroute.control.linux_nl import KernelSync
+from vecroute.control.neighbors import NeighborTable
+from vecroute.fib.fib import Fib
+from vecroute.fib.route_table import bulk_key
+
+MAC0, MAC1 = "02:00:00:00:53:01", "02:00:00:00:53:02"
+CFG = {"interfaces": [
+    {"name": "port0", "mac": MAC0, "addresses": ["192.0.2.1/26", "2001:db8:1::1/64"]},
+    {"name": "port1", "mac": MAC1, "addresses": ["192.0.2.65/26", "2001:db8:2::1/64"]},
+]}
+M64 = (1 << 64) - 1
+
+
+def _fib() -> Fib:
+    return Fib.from_config(parse_config(CFG))
+
+
+def _values(fib: Fib, f: int) -> list[tuple]:
+    """A few (kind, paths, lb) values, made in the same order in every Fib."""
+    out = []
+    for ifx, gw in ((0, "192.0.2.2"), (1, "192.0.2.66"), (0, "2001:db8:1::2"),
+                    (1, "2001:db8:2::2")):
+        nh = ipaddress.ip_address(gw)
+        if nh.version == 4 and f == 6:
+            continue
+        paths = [(ifx, nh)]
+        out.append(("kernel", paths, fib.lbs.get(fib.path_adjacencies(f, paths))))
+    both = [(0, ipaddress.ip_address("2001:db8:1::2")), (1, ipaddress.ip_address("2001:db8:2::2"))]
+    out.append(("kernel", both, fib.lbs.get(fib.path_adjacencies(f, both), [1, 3])))
+    out.append(("blackhole", [], fib.lbs.get([fib.special_adjacency("blackhole")])))
+    for v in out:
+        fib.lbs.ref(v[2])  # held, as KernelSync's path cache does: never freed under us
+    return out
+
+
+def _arrays(f: int, keys: list[tuple]):
+    lens = np.array([k[4] for k in keys], np.int64)
+    if f == 4:
+        return np.array([k[3] for k in keys], np.uint32), lens
+    return (np.array([k[2] for k in keys], np.uint64),
+            np.array([k[3] for k in keys], np.uint64)), lens
+
+
+def _random_key(rng: random.Random, f: int, table: int) -> tuple:
+    bits = 32 if f == 4 else 128
+    plen = rng.choice([0, 1, 8, 12, 16, 17, 20, 23, 24, 25, 31, 32] if f == 4
+                      else [0, 3, 16, 29, 32, 40, 48, 56, 63, 64, 65, 72, 96, 127, 128])
+    a = rng.getrandbits(bits) >> (bits - plen) << (bits - plen) if plen else 0
+    if rng.random() < 0.3:  # near documentation space: overlaps with shorter prefixes
+        base = 0xC0000200 if f == 4 else 0x20010DB8 << 96
+        a = (base | (rng.getrandbits(bits) & ((1 << (bits - 16)) - 1)))
+        a = a >> (bits - plen) << (bits - plen) if plen else 0
+    return (f, table, a >> 64, a & M64, plen) if f == 6 else (4, table, 0, a, plen)
+
+
+def _ref_lookup(ref: dict, f: int, table: int, addr: int):
+    """Longest match by scanning lengths (the plain-Python oracle): the value's paths."""
+    bits = 32 if f == 4 else 128
+    for plen in range(bits, -1, -1):
+        a = addr >> (bits - plen) << (bits - plen) if plen else 0
+        key = (f, table, a >> 64, a & M64, plen) if f == 6 else (4, table, 0, a, plen)
+        v = ref.get(key)
+        if v is not None:
+            return v
+    return None
+
+
+def _fib_lookup(fib: Fib, f: int, table: int, addr: int):
+    lb = fib.lpm[f].lookup(table, addr)
+    return None if lb < 0 else fib.lbs.paths[lb]
+
+
+def _own(fib: Fib) -> dict:
+    """The routes the config's addresses installed (local, connected, ...), by int key."""
+    return {bulk_key(t, net): r for (t, net), r in fib.routes.items() if r.kind != "kernel"
+            and r.kind != "blackhole"}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_batched_equals_one_by_one_and_reference(seed: int) -> None:
+    rng = random.Random(seed)
+    one, bat = _fib(), _fib()
+    vals = {f: (_values(one, f), _values(bat, f)) for f in (4, 6)}
+    own = _own(one)
+    base = [list(one.lbs.refs), list(bat.lbs.refs)]  # (the drop one: broadcast routes)
+    ref: dict[tuple, tuple] = {}  # key -> value index's adjacency paths
+    live: list[tuple] = []
+    for _ in range(6):
+        for f in (4, 6):
+            for table in (0, 10):
+                # a batch of adds: new prefixes, replacements, a prefix twice (last wins)
+                keys = [_random_key(rng, f, table) for _ in range(300)]
+                keys += rng.sample(live, min(len(live), 60)) if live else []
+                keys = [k for k in keys if k[0] == f and k[1] == table and k not in own]
+                keys += keys[:5]
+                pick = [rng.randrange(len(vals[f][0])) for _ in keys]
+                for k, i in zip(keys, pick, strict=True):
+                    v = vals[f][0][i]
+                    one.install_many(f, table, [k], [v], *_arrays(f, [k]), [v[2]])
+                vb = [vals[f][1][i] for i in pick]
+                bat.install_many(f, table, keys, vb, *_arrays(f, keys), [v[2] for v in vb])
+                for k, i in zip(keys, pick, strict=True):
+                    ref[k] = bat.lbs.paths[vals[f][1][i][2]]
+                live = list(ref)
+                # a batch of deletes: present ones and absent ones
+                gone = rng.sample([k for k in live if k[0] == f and k[1] == table],
+                                  min(40, sum(1 for k in live if k[:2] == (f, table))))
+                gone += [_random_key(rng, f, table) for _ in range(10)]
+                gone = [k for k in gone if k not in own]
+                n_one = sum(one.uninstall_many(f, table, [k], *_arrays(f, [k])) for k in gone)
+                n_bat = bat.uninstall_many(f, table, gone, *_arrays(f, gone))
+                expect = len({k for k in gone if k in ref})
+                assert n_one == n_bat == expect
+                for k in gone:
+                    ref.pop(k, None)
+                live = list(ref)
+        # the same routes, the same references, the same lookups as the reference
+        got_one = {bulk_key(t, n): (r.kind, r.lb) for (t, n), r in one.routes.items()}
+        got_bat = {bulk_key(t, n): (r.kind, r.lb) for (t, n), r in bat.routes.items()}
+        assert got_one == got_bat
+        assert len(one.routes) == len(bat.routes) == len(ref) + len(own)
+        assert one.lbs.refs == bat.lbs.refs
+        for f in (4, 6):
+            bits = 32 if f == 4 else 128
+            for table in (0, 10):
+                addrs = [rng.getrandbits(bits) for _ in range(300)]
+                addrs += [(k[2] << 64 | k[3]) | rng.getrandbits(bits - k[4]) if k[4] < bits
+                          else (k[2] << 64 | k[3]) for k in rng.sample(live, 300)
+                          if k[:2] == (f, table)]
+                for a in addrs:
+                    want = _ref_lookup(ref, f, table, a)
+                    if want is None and table == 0:
+                        continue  # the config's own routes answer there (not modelled)
+                    if want is None:
+                        assert _fib_lookup(bat, f, table, a) is None
+                        continue
+                    assert _fib_lookup(bat, f, table, a) == want, (f, table, hex(a))
+                    assert _fib_lookup(one, f, table, a) == want
+    # everything removed: every load-balance the routes took is let go again
+    for side, fib in enumerate((one, bat)):
+        for f in (4, 6):
+            for table in (0, 10):
+                ks = [k for k in ref if k[:2] == (f, table)]
+                fib.uninstall_many(f, table, ks, *_arrays(f, ks))
+        for f in (4, 6):
+            assert all(fib.lbs.refs[v[2]] == base[side][v[2]] for v in vals[f][side])
+        assert {bulk_key(t, n) for t, n in fib.routes} == set(own)
+
+
+def test_route_table_one_by_one_and_bulk_at_one_prefix() -> None:
+    fib = _fib()
+    net = ipaddress.ip_network("198.51.100.0/24")
+    key = bulk_key(0, net)
+    static = fib.add_route(net, [ipaddress.ip_address("192.0.2.2")])
+    assert fib.routes[(0, net)] is static and fib.lbs.refs[static.lb] == 1
+    n = len(fib.routes)
+    v = _values(fib, 4)[1]  # via 192.0.2.66 (held once by _values)
+    fib.install_many(4, 0, [key], [v], *_arrays(4, [key]), [v[2]])  # replaces the static
+    r = fib.routes[(0, net)]
+    assert (r.kind, r.lb, r.prefix, r.table) == ("kernel", v[2], net, 0)
+    assert len(fib.routes) == n and fib.lbs.refs[v[2]] == 2
+    assert fib.lbs.refs[static.lb] == 1  # only _values' hold on the same path is left
+    assert sum(1 for k in fib.routes if k == (0, net)) == 1
+    assert fib.lpm[4].get(0, net) == v[2]
+    again = fib.add_route(net, [ipaddress.ip_address("192.0.2.3")])  # replaces the bulk one
+    assert fib.routes.get((0, net)) is again and fib.lbs.refs[v[2]] == 1
+    assert len(fib.routes) == n and fib.routes.get_bulk(key)[0] == "static"
+    fib.install_many(4, 0, [key], [v], *_arrays(4, [key]), [v[2]])
+    assert fib.lbs.refs[again.lb] == 0 and fib.lbs.refs[v[2]] == 2
+    fib.del_route(net)  # an operator's delete of a mirrored route
+    assert (0, net) not in fib.routes and fib.lpm[4].get(0, net) is None
+    assert fib.lbs.refs[v[2]] == 1 and len(fib.routes) == n - 1
+    assert fib.uninstall_many(4, 0, [key], *_arrays(4, [key])) == 0
+
+
+# -- KernelSync's fast path against its full path, from message bytes -----------------------
+
+
+def _rta(t: int, payload: bytes) -> bytes:
+    ln = 4 + len(payload)
+    return struct.pack("=HH", ln, t) + payload + b"\0" * ((-ln) % 4)
+
+
+def _addr(f: int, a: int) -> bytes:
+    return a.to_bytes(4 if f == 4 else 16, "big")
+
+
+def _msg(t: int, body: bytes, seq: int = 0) -> bytes:
+    return struct.pack("=IHHII", 16 + len(body), t, 0, seq, 0) + body
+
+
+def _route(t: int, f: int, a: int, plen: int, *, table: int = 254, rtype: int = 1,
+           metric: int = 0, oif: int = 0, gw: int | None = None, nhid: int = 0,
+           multipath: list | None = None, tos: int = 0, flags: int = 0) -> bytes:
+    fam = 2 if f == 4 else 10
+    body = struct.pack("=BBBBBBBBI", fam, plen, 0, tos, min(table, 255), 4, 0, rtype, flags)
+    body += _rta(15, struct.pack("=I", table)) + _rta(1, _addr(f, a))
+    if metric:
+        body += _rta(6, struct.pack("=I", metric))
+    if nhid:
+        body += _rta(30, struct.pack("=I", nhid))
+    if oif:
+        body += _rta(4, struct.pack("=I", oif))
+    if gw is not None:
+        body += _rta(5, _addr(f, gw))
+    if multipath:
+        mp = b""
+        for hop_oif, hop_gw, w in multipath:
+            at = _rta(5, _addr(f, hop_gw))
+            mp += struct.pack("=HBBI", 8 + len(at), 0, w - 1, hop_oif) + at
+        body += _rta(9, mp)
+    return _msg(t, body)
+
+
+def _nexthop(nid: int, f: int, oif: int, gw: int) -> bytes:
+    body = struct.pack("=BBBBI", 2 if f == 4 else 10, 0, 4, 0, 0)
+    body += _rta(1, struct.pack("=I", nid)) + _rta(5, struct.pack("=I", oif))
+    body += _rta(6, _addr(f, gw))
+    return _msg(104, body)
+
+
+class _Target:
+    def __init__(self) -> None:
+        self.fib = _fib()
+        self.neigh = NeighborTable(self.fib, lambda ifx, frame: None, lambda p, e: None)
+
+    def commit(self) -> None:
+        pass
+
+
+GW4 = {11: [int(ipaddress.ip_address("192.0.2.2")), int(ipaddress.ip_address("192.0.2.3"))],
+       12: [int(ipaddress.ip_address("192.0.2.66"))]}
+GW6 = {11: [int(ipaddress.ip_address("2001:db8:1::2"))],
+       12: [int(ipaddress.ip_address("2001:db8:2::2")), int(ipaddress.ip_address("2001:db8:2::3"))]}
+
+
+def _stream(rng: random.Random, n: int) -> list[bytes]:
+    """Nexthop objects, then a random mix of route messages: plain ones (fast path) and
+    every other kind (multipath, blackhole, local table, metrics, deletes, cloned, tos,
+    through a non-mirror device), with repeats of the same prefixes."""
+    out = [_nexthop(1, 4, 11, GW4[11][0]), _nexthop(2, 4, 12, GW4[12][0]),
+           _nexthop(3, 6, 11, GW6[11][0]), _nexthop(4, 6, 12, GW6[12][1])]
+    keys = [_random_key(rng, rng.choice((4, 6)), rng.choice((0, 100))) for _ in range(n // 3)]
+    for _ in range(n):
+        f, table, hi, lo, plen = rng.choice(keys)
+        a = (hi << 64) | lo
+        ktab = 254 if table == 0 else table
+        gws = GW4 if f == 4 else GW6
+        oif = rng.choice((11, 12))
+        gw = rng.choice(gws[oif])
+        x = rng.random()
+        kw: dict = {"table": ktab, "metric": rng.choice((0, 0, 0, 100))}
+        if x < 0.35:
+            m = _route(24, f, a, plen, oif=oif, gw=gw, **kw)
+        elif x < 0.6:
+            m = _route(24, f, a, plen, nhid=rng.choice((1, 2) if f == 4 else (3, 4)), **kw)
+        elif x < 0.65:
+            m = _route(24, f, a, plen, multipath=[(11, gws[11][0], 2), (12, gws[12][0], 3)],
+                       **kw)
+        elif x < 0.7:
+            m = _route(24, f, a, plen, rtype=rng.choice((6, 7, 8)), **kw)
+        elif x < 0.73:
+            m = _route(24, f, a, plen, oif=oif, gw=gw, table=255, metric=0)
+        elif x < 0.75:
+            m = _route(24, f, a, plen, oif=99, gw=gw, **kw)  # not a mirror
+        elif x < 0.77:
+            m = _route(24, f, a, plen, oif=oif, gw=gw, tos=4 if f == 4 else 0,
+                       flags=0x200 if f == 6 else 0, **kw)
+        else:
+            m = _route(25, f, a, plen, oif=oif, gw=gw, **kw)
+        out.append(m)
+    return out
+
+
+def _feed(sync: KernelSync, msgs: list[bytes], chunk: int) -> None:
+    for i in range(0, len(msgs), chunk):
+        data = b"".join(msgs[i : i + chunk])
+        buf = np.frombuffer(data, np.uint8).copy()
+        sync._handle(buf, len(data))
+        sync._flush()
+
+
+def _view(sync: KernelSync) -> tuple:
+    fib = sync.target.fib
+    routes = {bulk_key(t, n): (r.kind, fib.lbs.paths[r.lb],
+                               tuple((ifx, str(nh)) for ifx, nh in r.paths))
+              for (t, n), r in fib.routes.items()}
+    return routes, dict(sync._inst), {k: (e[0], dict(e[1])) for k, e in sync._rt.items()}, \
+        dict(sync.ignored), {k: set(v) for k, v in sync._nh_users.items() if v}
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_fast_path_equals_full_path(seed: int) -> None:
+    msgs = _stream(random.Random(seed), 3000)
+    views = []
+    for fast in (True, False):
+        sync = KernelSync(_Target(), None, {11: 0, 12: 1})
+        if not fast:
+            sync._routes_fast = sync._routes_full  # every message the full way
+        _feed(sync, msgs, 97)
+        views.append(_view(sync))
+    assert views[0] == views[1]
+    routes, inst = views[0][0], views[0][1]
+    assert sum(1 for v in routes.values() if v[0] == "kernel") > 100  # the test bites
+    assert set(inst) <= set(routes)
+
+
+def test_apply_failure_keeps_installed_set_in_step() -> None:
+    msgs = _stream(random.Random(9), 2000)
+    sync = KernelSync(_Target(), None, {11: 0, 12: 1})
+    fib = sync.target.fib
+    real = fib.install_many
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(args[:2])
+        if len(calls) == 2:
+            raise RuntimeError("injected")
+        return real(*args, **kwargs)
+
+    fib.install_many = flaky
+    data = b"".join(msgs)
+    buf = np.frombuffer(data, np.uint8).copy()
+    sync._handle(buf, len(data))
+    with pytest.raises(RuntimeError):
+        sync._flush()
+    # what _inst claims is what the FIB holds, and the keys not applied wait for a flush
+    for key in sync._inst:
+        assert fib.routes.get_bulk(key) is not None, key
+    assert sync._touched
+    sync._flush()
+    ref = KernelSync(_Target(), None, {11: 0, 12: 1})
+    ref._handle(np.frombuffer(data, np.uint8).copy(), len(data))
+    ref._flush()
+    assert sync._inst == ref._inst
+    a = {bulk_key(t, n): (r.kind, fib.lbs.paths[r.lb]) for (t, n), r in fib.routes.items()}
+    rf = ref.target.fib
+    b = {bulk_key(t, n): (r.kind, rf.lbs.paths[r.lb]) for (t, n), r in rf.routes.items()}
+    assert a == b
