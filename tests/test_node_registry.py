@@ -16,11 +16,24 @@ from pathlib import Path
 
 import pytest
 
-from vecroute.fib.adjacency import ADJ_NEXT
+from vecroute.fib.adjacency import ADJ_NEXT, AdjKey
 from vecroute.graph import counters as counters_mod
 from vecroute.graph import node_ids
 from vecroute.graph.counters import COUNTERS, markdown
 from vecroute.graph.registry import CONTROL_PLANE, NODE_MODULES, declarations, module_declarations
+from vecroute.graph.state import (
+    A_NEXT4,
+    A_NEXT6,
+    A_TYPE,
+    ADJ_DROP,
+    ADJ_GLEAN,
+    ADJ_INCOMPLETE,
+    ADJ_LOCAL,
+    ADJ_PROHIBIT,
+    ADJ_REPLY,
+    ADJ_REWRITE,
+    ADJ_UNREACH,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "src" / "vecroute" / "graph"
@@ -345,3 +358,66 @@ def test_scan_catches_an_undeclared_target_and_counter() -> None:
     finally:
         MODULES["ethernet_input"] = old
     assert "ip4-frag" in eff.next and "gso-bad" in eff.counters
+
+
+# ---- the adjacency's next node ----
+
+def _rows_agree(adjs) -> int:
+    """Every live adjacency row's A_NEXT4 / A_NEXT6 is what its kind implies."""
+    for a, key in enumerate(adjs.keys):
+        if key is None:
+            continue
+        kind = int(adjs.adj[a, A_TYPE])
+        assert (int(adjs.adj[a, A_NEXT4]), int(adjs.adj[a, A_NEXT6])) == ADJ_NEXT[kind], (
+            adjs.describe(a))
+    return len(adjs)
+
+
+def test_adjacency_next_follows_its_kind() -> None:
+    """Through creation, resolution, unresolution and freeing of next-hop adjacencies."""
+    import ipaddress
+
+    from vecroute.fib.fib import Fib, Interface
+
+    fib = Fib()
+    fib.add_interface(Interface("eth0", bytes.fromhex("020000000001"), 1500, 0,
+                                [ipaddress.ip_interface("192.0.2.1/24"),
+                                 ipaddress.ip_interface("2001:db8::1/64")]))
+    fib.add_route("198.51.100.0/24", [ipaddress.ip_address("192.0.2.2")])
+    fib.add_route("2001:db8:1::/48", [ipaddress.ip_address("2001:db8::2")])
+    fib.add_route("203.0.113.0/25", blackhole=True)
+    fib.add_route("203.0.113.128/26", reject="unreachable")
+    fib.add_route("203.0.113.192/26", reject="prohibit")
+    kinds = {int(fib.adjs.adj[a, A_TYPE]) for a, k in enumerate(fib.adjs.keys) if k}
+    assert {ADJ_INCOMPLETE, ADJ_GLEAN, ADJ_LOCAL, ADJ_DROP, ADJ_UNREACH, ADJ_PROHIBIT,
+            ADJ_REPLY} <= kinds
+    _rows_agree(fib.adjs)
+    fib.add_neighbor("192.0.2.2", bytes.fromhex("020000000002"), "eth0")
+    fib.add_neighbor("2001:db8::2", bytes.fromhex("020000000003"), "eth0")
+    a = fib.adjs.index[AdjKey(ADJ_INCOMPLETE, 0, 4, int(ipaddress.ip_address("192.0.2.2")))]
+    assert fib.adjs.adj[a, A_TYPE] == ADJ_REWRITE
+    assert fib.adjs.adj[a, A_NEXT4] == node_ids.IP4_REWRITE
+    _rows_agree(fib.adjs)
+    fib.del_neighbor("192.0.2.2", "eth0")
+    assert fib.adjs.adj[a, A_TYPE] == ADJ_INCOMPLETE
+    _rows_agree(fib.adjs)
+    fib.del_route("198.51.100.0/24")  # its next hop's adjacency is freed
+    _rows_agree(fib.adjs)
+    assert fib.adjs.adj[a, A_NEXT4] == node_ids.ERROR_DROP  # a free row: a blackhole
+
+
+def test_only_the_adjacency_table_writes_kinds() -> None:
+    """A_TYPE and A_NEXT* change together only in AdjacencyTable._set_kind: no other
+    source file assigns them (neighbour resolution goes through set_rewrite)."""
+    writers = []
+    for p in (ROOT / "src").rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AugAssign) else [])
+            for t in targets:
+                for sub in ast.walk(t):
+                    if isinstance(sub, ast.Subscript) and any(
+                            isinstance(x, ast.Name) and x.id in ("A_TYPE", "A_NEXT4", "A_NEXT6")
+                            for x in ast.walk(sub.slice)):
+                        writers.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+    assert writers and all(w.startswith("src/vecroute/fib/adjacency.py") for w in writers), writers
