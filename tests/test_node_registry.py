@@ -12,6 +12,7 @@ data they come from (the adjacencies' next nodes, a diverted packet's continuati
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from vecroute.fib.adjacency import ADJ_NEXT, AdjKey
 from vecroute.graph import counters as counters_mod
 from vecroute.graph import node_ids
 from vecroute.graph.counters import COUNTERS, markdown
-from vecroute.graph.registry import CONTROL_PLANE, NODE_MODULES, declarations, module_declarations
+from vecroute.graph.registry import CONTROL_PLANE, declarations, module_declarations
 from vecroute.graph.state import (
     A_NEXT4,
     A_NEXT6,
@@ -62,7 +63,11 @@ class Module:
         self.funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
         self.imports: dict[str, tuple[str, str]] = {}  # local name -> (module, attribute)
         self.aliases: dict[str, str] = {}  # local name -> graph module (``counters as C``)
+        self.consts: dict[str, tuple[str, str]] = {}  # any ``from X import a``: (X, a)
         for st in tree.body:
+            if isinstance(st, ast.ImportFrom) and st.module:
+                for a in st.names:
+                    self.consts[a.asname or a.name] = (st.module, a.name)
             if isinstance(st, ast.ImportFrom) and st.module == PKG:
                 for a in st.names:
                     self.aliases[a.asname or a.name] = a.name
@@ -79,6 +84,14 @@ class Module:
             mod = self.aliases.get(e.value.id)
             if mod is not None:
                 return mod, e.attr
+        return None
+
+    def const(self, e: ast.expr) -> int | None:
+        """The value of an imported integer constant (``DIR_IN``)."""
+        if isinstance(e, ast.Name) and e.id in self.consts:
+            mod, attr = self.consts[e.id]
+            v = getattr(importlib.import_module(mod), attr, None)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
         return None
 
     def node(self, e: ast.expr) -> str | None:
@@ -124,24 +137,36 @@ class Effects:
 Env = dict[str, object]  # a parameter bound at the call site: a bool literal or node names
 
 
-def _known(test: ast.expr, env: Env) -> bool | None:
-    """The value of ``ip6`` / ``not ip6`` when the caller passed a literal."""
+def _known(test: ast.expr, env: Env, m: Module) -> bool | None:
+    """The value of ``ip6`` / ``not ip6`` / ``direction == DIR_IN`` when the caller passed
+    a literal or a constant."""
     if isinstance(test, ast.Name) and isinstance(env.get(test.id), bool):
         return env[test.id]
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        v = _known(test.operand, env)
+        v = _known(test.operand, env, m)
         return None if v is None else not v
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq | ast.NotEq) and isinstance(test.left, ast.Name)
+            and type(env.get(test.left.id)) is int):
+        v = m.const(test.comparators[0])
+        if v is not None:
+            return (env[test.left.id] == v) == isinstance(test.ops[0], ast.Eq)
+    if isinstance(test, ast.BoolOp):  # ``ip6 and …`` is False when ip6 is
+        vals = [_known(v, env, m) for v in test.values]
+        decisive = isinstance(test.op, ast.Or)
+        if decisive in vals:
+            return decisive
     return None
 
 
-def _walk(node: ast.AST, env: Env):
+def _walk(node: ast.AST, env: Env, m: Module):
     """ast.walk, without the branches a literal argument rules out."""
     todo = [node]
     while todo:
         n = todo.pop()
         yield n
         if isinstance(n, ast.If | ast.IfExp):
-            v = _known(n.test, env)
+            v = _known(n.test, env, m)
             if v is not None:
                 todo.extend(n.body if v else n.orelse) if isinstance(n, ast.If) else (
                     todo.append(n.body if v else n.orelse))
@@ -154,7 +179,7 @@ def _targets(m: Module, fn: ast.FunctionDef, e: ast.expr, env: Env,
     """The nodes an enqueue target expression can be; None when it is not in the code
     (``partial``: the part that is in the code)."""
     if isinstance(e, ast.IfExp):
-        v = _known(e.test, env)
+        v = _known(e.test, env, m)
         if v is not None:
             return _targets(m, fn, e.body if v else e.orelse, env, depth, partial)
         a = _targets(m, fn, e.body, env, depth, partial)
@@ -166,7 +191,7 @@ def _targets(m: Module, fn: ast.FunctionDef, e: ast.expr, env: Env,
     if isinstance(e, ast.Name) and isinstance(env.get(e.id), frozenset):
         return set(env[e.id])
     if isinstance(e, ast.Name) and depth < 4:  # a local variable: what is assigned to it
-        vals = [st.value for st in _walk(fn, env) if isinstance(st, ast.Assign)
+        vals = [st.value for st in _walk(fn, env, m) if isinstance(st, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == e.id for t in st.targets)]
         out: set[str] = set()
         for v in vals:
@@ -202,6 +227,8 @@ def _bind(m: Module, fn: ast.FunctionDef, call: ast.Call, callee: ast.FunctionDe
             out[p.arg] = env[a.id]
         elif (t := _targets(m, fn, a, env)) is not None:
             out[p.arg] = frozenset(t)
+        elif (v := m.const(a)) is not None:
+            out[p.arg] = v
     return out
 
 
@@ -213,7 +240,7 @@ def _scan(mod: str, func: str, eff: Effects, env: Env | None = None) -> None:
     eff.seen.add(key)
     m = MODULES[mod]
     fn = m.funcs[func]
-    for e in _walk(fn, env):
+    for e in _walk(fn, env, m):
         c = m.counter(e) if isinstance(e, ast.Name | ast.Attribute) else None
         if c is not None:
             eff.counters.add(c)
@@ -264,51 +291,97 @@ def _collect_diverted() -> None:
 _collect_diverted()
 
 
-def _entry_points() -> dict[str, set[str]]:
-    """The functions dispatch.py imports from each node module: where its nodes start."""
+Root = tuple[str, str, Env]  # (module, function, its bound arguments)
+
+
+def _dispatch() -> tuple[dict[str, list[Root]], list[Root]]:
+    """From run_nodes in dispatch.py: the calls each node's branch makes (``if node ==
+    N.X``; the final ``else`` is the one node left), and the dispatcher's other calls into
+    graph modules (reass_expire, the trace hooks)."""
     d = MODULES["dispatch"]
-    out: dict[str, set[str]] = {}
-    for mod, attr in d.imports.values():
-        if mod in NODE_MODULES and attr in MODULES[mod].funcs:
-            out.setdefault(mod, set()).add(attr)
-    return out
+    fn = d.funcs["run_nodes"]
+    roots: dict[str, list[Root]] = {}
+    in_chain: set[int] = set()
+
+    def calls(body: list[ast.stmt]) -> list[Root]:
+        out = []
+        for st in body:
+            for c in ast.walk(st):
+                if isinstance(c, ast.Call) and (t := _resolve_call(d, c)) is not None:
+                    in_chain.add(id(c))
+                    out.append((*t, _bind(d, fn, c, MODULES[t[0]].funcs[t[1]], {})))
+        return out
+
+    chain = next(st for st in ast.walk(fn) if isinstance(st, ast.If)
+                 and isinstance(st.test, ast.Compare) and d.node(st.test.comparators[0]))
+    while True:
+        roots[d.node(chain.test.comparators[0])] = calls(chain.body)
+        if len(chain.orelse) == 1 and isinstance(chain.orelse[0], ast.If):
+            chain = chain.orelse[0]
+            continue
+        left = set(node_ids.NODE_NAMES) - set(roots)
+        assert len(left) == 1, f"the dispatcher's final else runs {left}"
+        roots[left.pop()] = calls(chain.orelse)
+        break
+    other = [(*t, {}) for c in ast.walk(fn) if isinstance(c, ast.Call) and id(c) not in in_chain
+             and (t := _resolve_call(d, c)) is not None]
+    return roots, other
 
 
-def module_effects(mod: str) -> Effects:
+ROOTS, DISPATCHER_CALLS = _dispatch()
+
+
+def effects(roots: list[Root]) -> Effects:
     eff = Effects()
-    for f in sorted(_entry_points()[mod]):
-        _scan(mod, f, eff)
+    for mod, func, env in roots:
+        _scan(mod, func, eff, env)
     return eff
+
+
+DECLS = declarations()
+NODE_MODULE_OF = {d.name: m for m, ds in module_declarations().items() for d in ds}
 
 
 # ---- the tests ----
 
-def test_every_node_declared_once_and_in_dispatch_order() -> None:
+def test_every_node_declared_once() -> None:
     decls = [d.name for ds in module_declarations().values() for d in ds]
     assert sorted(decls) == sorted(node_ids.NODE_NAMES), "declarations vs NODE_NAMES"
     assert len(decls) == len(set(decls))
-    assert set(_entry_points()) == set(NODE_MODULES), "a node module dispatch never calls"
 
 
-@pytest.mark.parametrize("mod", NODE_MODULES)
-def test_next_nodes_match_the_kernel(mod: str) -> None:
-    eff = module_effects(mod)
+@pytest.mark.parametrize("node", node_ids.NODE_NAMES)
+def test_node_runs_its_own_module(node: str) -> None:
+    """The dispatcher's branch for a node calls the module that declares it."""
+    assert {m for m, _, _ in ROOTS[node]} == {NODE_MODULE_OF[node]}
+
+
+@pytest.mark.parametrize("node", node_ids.NODE_NAMES)
+def test_next_nodes_match_the_kernel(node: str) -> None:
+    eff = effects(ROOTS[node])
     assert not eff.unresolved, f"enqueue targets not in the code: {eff.unresolved}"
-    declared = {n for d in MODULES_DECLS[mod] for n in d.next}
-    assert eff.next - declared == set(), f"{mod}: enqueues to undeclared nodes"
-    assert declared - eff.next == set(), f"{mod}: declares next nodes it never uses"
-    assert declared <= set(node_ids.NODE_NAMES)
+    declared = set(DECLS[node].next)
+    assert eff.next - declared == set(), f"{node}: enqueues to undeclared nodes"
+    assert declared - eff.next == set(), f"{node}: declares next nodes it never uses"
 
 
-@pytest.mark.parametrize("mod", NODE_MODULES)
-def test_counters_match_the_kernel(mod: str) -> None:
-    eff = module_effects(mod)
-    declared = {c for d in MODULES_DECLS[mod] for c in d.counters}
-    assert eff.counters - declared == set(), f"{mod}: raises undeclared counters"
-    assert declared - eff.counters == set(), f"{mod}: declares counters it never raises"
+@pytest.mark.parametrize("node", node_ids.NODE_NAMES)
+def test_counters_match_the_kernel(node: str) -> None:
+    eff = effects(ROOTS[node])
+    declared = set(DECLS[node].counters)
+    assert eff.counters - declared == set(), f"{node}: raises undeclared counters"
+    assert declared - eff.counters == set(), f"{node}: declares counters it never raises"
 
 
-MODULES_DECLS = module_declarations()
+def test_dispatcher_calls_outside_nodes_stay_within_their_module() -> None:
+    """reass_expire (run once per batch, before the nodes) acts for the reassembly nodes:
+    what it sends and counts is declared by its module's nodes; other calls send nothing."""
+    assert any(f == "reass_expire" for _, f, _ in DISPATCHER_CALLS)
+    for mod, func, env in DISPATCHER_CALLS:
+        eff = effects([(mod, func, env)])
+        decls = module_declarations().get(mod, ())
+        assert eff.next <= {n for d in decls for n in d.next}, (mod, func)
+        assert eff.counters <= {c for d in decls for c in d.counters}, (mod, func)
 
 
 def test_counters_raised_elsewhere_are_named_there() -> None:
@@ -339,7 +412,7 @@ def test_counters_doc_is_generated() -> None:
 
 
 def test_scan_catches_an_undeclared_target_and_counter() -> None:
-    """The scan itself: a module whose source gains an enqueue and a counter is seen."""
+    """The scan itself: a node whose source gains an enqueue and a counter is seen."""
     src = (GRAPH / "ethernet_input.py").read_text()
     src += (
         "\n\ndef _extra(frames, frame_n, meta, dp, i):\n"
@@ -351,13 +424,13 @@ def test_scan_catches_an_undeclared_target_and_counter() -> None:
     old = MODULES["ethernet_input"]
     MODULES["ethernet_input"] = Module("ethernet_input", tree)
     try:
-        entry = next(iter(_entry_points()["ethernet_input"]))
-        fn = MODULES["ethernet_input"].funcs[entry]
+        fn = MODULES["ethernet_input"].funcs["ethernet_input"]
         fn.body.append(ast.parse("_extra(frames, frame_n, meta, dp, 0)").body[0])
-        eff = module_effects("ethernet_input")
+        eff = effects(ROOTS["ethernet-input"])
     finally:
         MODULES["ethernet_input"] = old
     assert "ip4-frag" in eff.next and "gso-bad" in eff.counters
+    assert "ip4-frag" not in effects(ROOTS["ethernet-input"]).next
 
 
 # ---- the adjacency's next node ----

@@ -105,7 +105,9 @@ from vecroute.packet.intrinsics import memcpy
 NODES = (
     NodeDecl(
         "ip4-reass",
-        next=("ip4-local", "icmp4-error", "error-drop"),
+        # icmp6-error too: a new datagram may evict a timed-out ip6 context (its Time
+        # Exceeded); ip6-reass likewise
+        next=("ip4-local", "icmp4-error", "icmp6-error", "error-drop"),
         counters=(
             "reass-queued", "reass-ok", "reass-duplicate", "reass-overlap", "reass-inconsistent",
             "reass-bad-length", "reass-tiny-fragment", "reass-too-big", "reass-too-many-fragments",
@@ -114,7 +116,7 @@ NODES = (
     ),
     NodeDecl(
         "ip6-reass",
-        next=("ip6-local", "icmp6-error", "error-drop"),
+        next=("ip6-local", "icmp4-error", "icmp6-error", "error-drop"),
         counters=(
             "ip6-bad-ext-header", "reass-queued", "reass-ok", "reass-atomic", "reass-duplicate",
             "reass-overlap", "reass-inconsistent", "reass-bad-length", "reass-header-incomplete",
