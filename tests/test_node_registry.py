@@ -1,12 +1,14 @@
 """Node declarations against the kernels' source, NODE_NAMES, COUNTERS and the docs.
 
 The kernels' edges are read from their source (ast), independently of the declarations:
-starting at the functions dispatch.py calls, every function reached (in graph/) is
-scanned for ``enqueue(frames, frame_n, meta, NODE, i)`` targets (the helpers drop,
-icmp_error, punt, host_punt, divert are ordinary functions that call enqueue, so they are
-followed like any other) and for every counter constant it names (``C.C_X``, ``C_X``).
-Targets read from data rather than named in code are listed in DATA_TARGETS with the
-data they come from (the adjacencies' next nodes, a diverted packet's continuation).
+starting at the call each node's branch of dispatch.run_nodes makes, every function
+reached (in graph/) is scanned for ``enqueue(frames, frame_n, meta, NODE, i)`` targets (the
+helpers drop, icmp_error, punt, host_punt, divert are ordinary functions that call
+enqueue, so they are followed like any other) and for every counter constant it names
+(``C.C_X``, ``C_X``). Literal and constant arguments (``ip6=True``, ``DIR_OUT``) are
+carried into the callee, so a branch they rule out is not followed. Targets read from
+data rather than named in code are listed in DATA_TARGETS with the data they come from
+(the adjacencies' next nodes, a diverted packet's continuation).
 """
 
 from __future__ import annotations
