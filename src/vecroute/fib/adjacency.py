@@ -19,9 +19,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vecroute.graph.node_ids import (
+    ERROR_DROP,
+    ICMP4_ERROR,
+    ICMP6_ERROR,
+    IP4_LOCAL,
+    IP4_REWRITE,
+    IP6_LOCAL,
+    IP6_REWRITE,
+    SRV6_ENCAP,
+    SRV6_LOCALSID,
+)
 from vecroute.graph.state import (
     A_FAMILY,
     A_IF,
+    A_NEXT4,
+    A_NEXT6,
     A_NH4,
     A_NH6,
     A_RWLEN,
@@ -32,7 +45,12 @@ from vecroute.graph.state import (
     ADJ_INCOMPLETE,
     ADJ_LOCAL,
     ADJ_NAMES,
+    ADJ_PROHIBIT,
+    ADJ_REPLY,
     ADJ_REWRITE,
+    ADJ_SRV6_ENCAP,
+    ADJ_SRV6_LOCALSID,
+    ADJ_UNREACH,
     LB_N,
     LB_START,
     LOCAL_ANYCAST,
@@ -42,6 +60,24 @@ from vecroute.packet.headers import ETH_P_IP, ETH_P_IPV6
 
 MAX_BUCKETS = 64
 NEVER = -(10**18)
+
+# Where a packet goes after the lookup, by adjacency kind: (an ip4 packet, an ip6 packet),
+# stored in A_NEXT4 / A_NEXT6 whenever a row's kind is set (``_set_kind``), so that the
+# lookup loads its next node instead of branching on kinds. Incomplete and glean
+# adjacencies go to rewrite like resolved ones (rewrite hands them to neighbor-request); the
+# End behaviours of a local SID take IPv6 only (an IPv4 packet there is a blackhole).
+ADJ_NEXT: dict[int, tuple[int, int]] = {
+    ADJ_REWRITE: (IP4_REWRITE, IP6_REWRITE),
+    ADJ_INCOMPLETE: (IP4_REWRITE, IP6_REWRITE),
+    ADJ_GLEAN: (IP4_REWRITE, IP6_REWRITE),
+    ADJ_REPLY: (IP4_REWRITE, IP6_REWRITE),
+    ADJ_LOCAL: (IP4_LOCAL, IP6_LOCAL),
+    ADJ_DROP: (ERROR_DROP, ERROR_DROP),
+    ADJ_UNREACH: (ICMP4_ERROR, ICMP6_ERROR),
+    ADJ_PROHIBIT: (ICMP4_ERROR, ICMP6_ERROR),
+    ADJ_SRV6_ENCAP: (SRV6_ENCAP, SRV6_ENCAP),
+    ADJ_SRV6_LOCALSID: (ERROR_DROP, SRV6_LOCALSID),
+}
 
 
 @dataclass(frozen=True)
@@ -96,7 +132,7 @@ class AdjacencyTable:
         self.generation += 1
         row = self.adj[a]
         row[:] = 0
-        row[A_TYPE] = key.kind
+        self._set_kind(a, key.kind)
         row[A_IF] = key.ifx
         row[A_FAMILY] = key.family
         if key.family == 4:
@@ -119,12 +155,17 @@ class AdjacencyTable:
         del self.index[key]
         self.keys[a] = None
         self.adj[a] = 0
-        self.adj[a, A_TYPE] = ADJ_DROP  # never read: no load-balance points here
+        self._set_kind(a, ADJ_DROP)  # never read: no load-balance points here
         self.adj[a, A_IF] = -1
         self._free.append(a)
         self.generation += 1
 
     pin = ref
+
+    def _set_kind(self, a: int, kind: int) -> None:
+        """The one writer of A_TYPE: the kind and the next nodes it implies change together."""
+        self.adj[a, A_TYPE] = kind
+        self.adj[a, A_NEXT4], self.adj[a, A_NEXT6] = ADJ_NEXT[kind]
 
     def _grow(self) -> None:
         n = self.adj.shape[0] * 2
@@ -139,14 +180,14 @@ class AdjacencyTable:
         key = self.keys[a]
         assert key is not None
         if dst_mac is None:
-            self.adj[a, A_TYPE] = ADJ_INCOMPLETE
+            self._set_kind(a, ADJ_INCOMPLETE)
             self.adj[a, A_RWLEN] = 0
             return
         et = ETH_P_IP if (key.payload or key.family) == 4 else ETH_P_IPV6
         rw = dst_mac + src_mac + et.to_bytes(2, "big")
         self.adj_rw[a, : len(rw)] = np.frombuffer(rw, dtype=np.uint8)
         self.adj[a, A_RWLEN] = len(rw)
-        self.adj[a, A_TYPE] = ADJ_REWRITE
+        self._set_kind(a, ADJ_REWRITE)
 
     def describe(self, a: int) -> str:
         key = self.keys[a]

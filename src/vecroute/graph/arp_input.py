@@ -15,9 +15,18 @@ from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.local import punt
 from vecroute.graph.lookup import resolve4
 from vecroute.graph.node_ids import INTERFACE_OUTPUT
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import A_TYPE, ADJ_LOCAL, OPT_LIVE
 from vecroute.packet.batch import M_FIB, M_L3, M_LEN, M_OFF, M_RX, M_TX, alloc_slot
 from vecroute.packet.headers import ARP_LEN, rd16, rd32, wr16
+
+NODES = (
+    NodeDecl(
+        "arp-input",
+        next=("interface-output", "error-drop", "punt"),
+        counters=("arp-malformed", "arp-not-for-us", "arp-reply-sent", "arp-punt"),
+    ),
+)
 
 
 @njit(cache=True)

@@ -246,18 +246,18 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("reass-nd-fragmented", "ip6-reass", "drop",
             "reassembled neighbour discovery message: ignored (RFC 6980)"),
     # icmp errors
-    Counter("icmp-error-sent", "icmp-error", "event",
+    Counter("icmp-error-sent", "icmp4-error", "event",
             "ICMP/ICMPv6 error sent (counted when it leaves by interface-output)"),
     Counter(
         "icmp-error-suppressed",
-        "icmp-error",
+        "icmp4-error",
         "event",
         "no ICMP error: original was an ICMP error, a non-first fragment, multicast"
         " or from an invalid source",
     ),
-    Counter("icmp-rate-limited", "icmp-error", "event", "no ICMP error: token bucket empty"),
+    Counter("icmp-rate-limited", "icmp4-error", "event", "no ICMP error: token bucket empty"),
     Counter(
-        "icmp-error-no-route", "icmp-error", "event", "no ICMP error: no route back to the source"
+        "icmp-error-no-route", "icmp4-error", "event", "no ICMP error: no route back to the source"
     ),
     Counter("answer-dropped", "error-drop", "event",
             "an ICMP error, TCP RST or redirect the router built died before it left (its"

@@ -30,6 +30,7 @@ from vecroute.firewall.keys import K_RX, K_TX, extract_keys
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.node_ids import IP4_LOOKUP, IP4_REWRITE, IP6_LOOKUP, IP6_REWRITE, TCP_RESET
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import A_IF, FW_TRIVIAL_IN, OPT_FW
 from vecroute.packet.batch import (
     F_FW_SKIP,
@@ -40,6 +41,21 @@ from vecroute.packet.batch import (
     M_L3,
     M_LEN,
     M_OFF,
+)
+
+NODES = (
+    NodeDecl(
+        "fw-in",
+        next=("ip4-lookup", "ip6-lookup", "icmp4-error", "icmp6-error", "tcp-reset", "error-drop"),
+        counters=("fw-deny", "fw-reject", "fw-reset", "fw-state-full"),
+    ),
+    NodeDecl(
+        "fw-out",
+        next=(
+            "icmp4-error", "icmp6-error", "tcp-reset", "ip4-rewrite", "ip6-rewrite", "error-drop",
+        ),
+        counters=("fw-deny", "fw-reject", "fw-reset", "fw-state-full"),
+    ),
 )
 
 

@@ -17,6 +17,7 @@ from numba import njit
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import DONE_DROP, GSO_SEGMENT
+from vecroute.graph.registry import NodeDecl
 from vecroute.packet.batch import (
     F_CSUM_PARTIAL,
     F_GSO,
@@ -40,6 +41,14 @@ from vecroute.packet.batch import (
     M_TX,
 )
 from vecroute.packet.gso import GSO_WAIT, VNET_F_NEEDS_CSUM, VNET_GSO_UDP_L4, segment
+
+NODES = (
+    NodeDecl(
+        "gso-segment",
+        next=("srv6-localsid", "srv6-encap", "ip4-rewrite", "error-drop", "punt"),
+        counters=("gso-segmented", "gso-bad", "gso-no-buffer"),
+    ),
+)
 
 
 @njit(cache=True, inline="always")

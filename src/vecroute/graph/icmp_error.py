@@ -23,6 +23,7 @@ from vecroute.graph.ip4_input import is_link_local4, is_martian4
 from vecroute.graph.ip6_input import is_our_ll
 from vecroute.graph.lookup import resolve4, resolve6, to_adjacency
 from vecroute.graph.node_ids import ERROR_DROP
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.rewrite import save_reply_mac
 from vecroute.graph.state import (
     A_IF,
@@ -75,6 +76,31 @@ from vecroute.packet.headers import (
     rd64,
     wr16,
     wr32,
+)
+
+NODES = (
+    NodeDecl(
+        "icmp4-error",
+        next=(
+            "ip4-local", "gso-segment", "srv6-encap", "icmp4-error", "fw-out", "ip4-rewrite",
+            "error-drop",
+        ),
+        counters=(
+            "fib-lookups", "blackhole", "route-unreachable", "route-prohibit",
+            "icmp-error-suppressed", "icmp-rate-limited", "icmp-error-no-route", "fw-reject",
+        ),
+    ),
+    NodeDecl(
+        "icmp6-error",
+        next=(
+            "ip6-local", "gso-segment", "srv6-localsid", "srv6-encap", "icmp6-error", "fw-out",
+            "ip6-rewrite", "error-drop",
+        ),
+        counters=(
+            "fib-lookups", "blackhole", "route-unreachable", "route-prohibit",
+            "icmp-error-suppressed", "icmp-rate-limited", "icmp-error-no-route", "fw-reject",
+        ),
+    ),
 )
 
 ICMP4_MAX_LEN = 576  # RFC 1812 4.3.2.3

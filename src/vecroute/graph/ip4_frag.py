@@ -12,6 +12,7 @@ from numba import njit
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.node_ids import FREE, INTERFACE_OUTPUT
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.rewrite import count_answer, rewrite_l2
 from vecroute.graph.state import A_IF, I_MTU
 from vecroute.packet.batch import (
@@ -40,6 +41,17 @@ from vecroute.packet.batch import (
 )
 from vecroute.packet.checksum import checksum
 from vecroute.packet.headers import IP4_HLEN, rd16, wr16
+
+NODES = (
+    NodeDecl(
+        "ip4-frag",
+        next=("interface-output", "error-drop"),
+        counters=(
+            "fragments-created", "frag-no-buffer", "frag-options-too-long", "frag-offset-overflow",
+            "icmp-error-sent", "redirect-sent", "tcp-reset-sent",
+        ),
+    ),
+)
 
 
 @njit(cache=True)

@@ -11,6 +11,7 @@ from numba import njit
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, host_punt
 from vecroute.graph.node_ids import FW_IN, IP4_LOCAL, IP4_LOOKUP
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import FW_RUN_IN, I_HOST, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
@@ -27,6 +28,17 @@ from vecroute.packet.batch import (
 )
 from vecroute.packet.checksum import fold, sum_bytes
 from vecroute.packet.headers import IP4_HLEN, PROTO_ICMP, rd16, rd32
+
+NODES = (
+    NodeDecl(
+        "ip4-input",
+        next=("fw-in", "ip4-local", "ip4-lookup", "gso-segment", "error-drop", "punt"),
+        counters=(
+            "ip4-too-short", "ip4-bad-version", "ip4-bad-ihl", "ip4-bad-length", "ip4-bad-checksum",
+            "martian-source", "ip4-dst-multicast", "martian-destination", "host-punt",
+        ),
+    ),
+)
 
 
 @njit(cache=True, inline="always")

@@ -13,6 +13,7 @@ from numba import njit
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, host_punt, icmp_error
 from vecroute.graph.node_ids import FW_IN, IP6_LOCAL, IP6_LOOKUP
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import FW_RUN_IN, I_HOST, IF6_LL, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
@@ -38,6 +39,20 @@ from vecroute.packet.headers import (
     PROTO_ROUTING,
     rd16,
     rd64,
+)
+
+NODES = (
+    NodeDecl(
+        "ip6-input",
+        next=(
+            "fw-in", "ip6-local", "ip6-lookup", "gso-segment", "icmp6-error", "error-drop", "punt",
+        ),
+        counters=(
+            "ip6-too-short", "ip6-bad-version", "ip6-bad-length", "ip6-bad-ext-header",
+            "ip6-bad-source", "ip6-link-local", "ip6-dst-multicast", "ip6-bad-destination",
+            "ip6-unknown-option", "host-punt",
+        ),
+    ),
 )
 
 MAX_EXT_HEADERS = 16

@@ -29,6 +29,7 @@ from vecroute.graph.flow_hash import mix64
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.ip6_input import MAX_EXT_HEADERS, walk_ext_headers
 from vecroute.graph.node_ids import IP4_LOCAL, IP6_LOCAL
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import (
     RC_FIRSTLEN,
     RC_FLAGS,
@@ -100,6 +101,30 @@ from vecroute.packet.headers import (
     wr16,
 )
 from vecroute.packet.intrinsics import memcpy
+
+NODES = (
+    NodeDecl(
+        "ip4-reass",
+        # icmp6-error too: a new datagram may evict a timed-out ip6 context (its Time
+        # Exceeded); ip6-reass likewise
+        next=("ip4-local", "icmp4-error", "icmp6-error", "error-drop"),
+        counters=(
+            "reass-queued", "reass-ok", "reass-duplicate", "reass-overlap", "reass-inconsistent",
+            "reass-bad-length", "reass-tiny-fragment", "reass-too-big", "reass-too-many-fragments",
+            "reass-discarded", "reass-no-context", "reass-timeout",
+        ),
+    ),
+    NodeDecl(
+        "ip6-reass",
+        next=("ip6-local", "icmp4-error", "icmp6-error", "error-drop"),
+        counters=(
+            "ip6-bad-ext-header", "reass-queued", "reass-ok", "reass-atomic", "reass-duplicate",
+            "reass-overlap", "reass-inconsistent", "reass-bad-length", "reass-header-incomplete",
+            "reass-too-big", "reass-too-many-fragments", "reass-discarded", "reass-no-context",
+            "reass-timeout", "reass-nd-fragmented",
+        ),
+    ),
+)
 
 REASS_MAX_LEN = 2000  # L3 bytes of a reassembled datagram: a batch slot (2048-byte frame)
 REASS_PROBES = 8  # hash probes per lookup: a datagram lives in one of 8 contexts

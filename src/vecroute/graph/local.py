@@ -27,6 +27,7 @@ from vecroute.graph.node_ids import (
     IP6_REASS,
     TCP_RESET,
 )
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import (
     A_NH4,
     A_TYPE,
@@ -85,6 +86,32 @@ from vecroute.packet.headers import (
     rd16,
     rd32,
     wr16,
+)
+
+NODES = (
+    NodeDecl(
+        "ip4-local",
+        next=(
+            "ip4-reass", "ip4-lookup", "gso-segment", "icmp4-error", "tcp-reset", "error-drop",
+            "punt",
+        ),
+        counters=(
+            "echo-reply-sent", "local-unhandled", "udp-port-unreachable", "tcp-port-closed",
+            "protocol-unreachable", "local-bad-checksum", "host-punt",
+        ),
+    ),
+    NodeDecl(
+        "ip6-local",
+        next=(
+            "ip6-reass", "ip6-lookup", "gso-segment", "icmp6-error", "tcp-reset", "error-drop",
+            "punt",
+        ),
+        counters=(
+            "ip6-bad-ext-header", "ip6-unknown-option", "echo-reply-sent", "local-unhandled",
+            "udp-port-unreachable", "tcp-port-closed", "protocol-unreachable", "ip6-routing-header",
+            "local-bad-checksum", "nd-punt", "host-punt",
+        ),
+    ),
 )
 
 DEFAULT_TTL = 64

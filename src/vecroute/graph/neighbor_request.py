@@ -15,6 +15,7 @@ from vecroute.graph.flow_hash import mix64
 from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.local import punt
 from vecroute.graph.node_ids import INTERFACE_OUTPUT
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import (
     A_FAMILY,
     A_IF,
@@ -50,6 +51,19 @@ from vecroute.packet.headers import (
     rd64,
     wr16,
     wr32,
+)
+
+NODES = (
+    NodeDecl(
+        "neighbor-request",
+        next=("interface-output", "error-drop", "punt"),
+        counters=(
+            "neighbor-incomplete", "arp-request-sent", "ns-sent", "neighbor-request-limited",
+            "request-no-buffer", "neighbor-queued",
+        ),
+        # a queued packet whose resolution failed: re-injected into icmp-error with it
+        raised_by=(("neighbor-failed", "vecroute.control.punts"),),
+    ),
 )
 
 REQUEST_INTERVAL_NS = 1_000_000_000

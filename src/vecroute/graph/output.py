@@ -10,6 +10,7 @@ from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import IFS_DROPS, IFS_TX_BYTES, IFS_TX_PKTS
 from vecroute.packet.batch import (
     F_ANSWER,
@@ -20,6 +21,25 @@ from vecroute.packet.batch import (
     M_NEXT,
     M_RX,
     M_TX,
+)
+
+NODES = (
+    NodeDecl(
+        "interface-output",
+    ),
+    NodeDecl(
+        "error-drop",
+        counters=("answer-dropped",),
+    ),
+    NodeDecl(
+        "punt",
+        counters=("punt",),
+        raised_by=(
+            ("punt-policed", "vecroute.io.channel"),
+            ("punt-queue-full", "vecroute.io.channel"),
+            ("punt-malformed", "vecroute.io.channel"),
+        ),
+    ),
 )
 
 

@@ -17,6 +17,7 @@ from vecroute.graph import counters as C
 from vecroute.graph.frames import enqueue, icmp_error
 from vecroute.graph.gso_segment import divert, segment_l3_len
 from vecroute.graph.node_ids import INTERFACE_OUTPUT, IP4_FRAG, IP4_REWRITE, NEIGHBOR_REQUEST
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import (
     A_FAMILY,
     A_IF,
@@ -81,6 +82,25 @@ from vecroute.packet.headers import (
     wr32,
 )
 from vecroute.packet.intrinsics import memcpy
+
+NODES = (
+    NodeDecl(
+        "ip4-rewrite",
+        next=("gso-segment", "icmp4-error", "ip4-frag", "neighbor-request", "interface-output"),
+        counters=(
+            "ttl-expired", "mtu-exceeded", "ip4-forwarded", "icmp-error-sent", "redirect-sent",
+            "tcp-reset-sent",
+        ),
+    ),
+    NodeDecl(
+        "ip6-rewrite",
+        next=("icmp6-error", "neighbor-request", "interface-output"),
+        counters=(
+            "ttl-expired", "mtu-exceeded", "ip6-forwarded", "icmp-error-sent", "redirect-sent",
+            "tcp-reset-sent",
+        ),
+    ),
+)
 
 
 @njit(cache=True, inline="always")

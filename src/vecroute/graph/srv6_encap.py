@@ -19,6 +19,7 @@ from vecroute.graph.flow_hash import flow_hash4, flow_hash6
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.lookup import to_adjacency
 from vecroute.graph.node_ids import IP6_REWRITE
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import (
     A_IF,
     A_NH4,
@@ -69,6 +70,21 @@ from vecroute.packet.headers import (
     wr32,
 )
 from vecroute.packet.intrinsics import memcpy
+
+NODES = (
+    NodeDecl(
+        "srv6-encap",
+        next=(
+            "ip6-local", "gso-segment", "srv6-localsid", "srv6-encap", "icmp4-error", "icmp6-error",
+            "fw-out", "ip6-rewrite", "error-drop",
+        ),
+        counters=(
+            "blackhole", "route-unreachable", "route-prohibit", "ttl-expired", "mtu-exceeded",
+            "srv6-encapsulated", "srv6-no-route", "srv6-policy-empty", "srv6-no-headroom",
+            "srv6-encap-too-big",
+        ),
+    ),
+)
 
 
 @njit(cache=True)

@@ -21,6 +21,7 @@ from vecroute.graph import counters as C
 from vecroute.graph.frames import enqueue, icmp_error
 from vecroute.graph.lookup import to_adjacency
 from vecroute.graph.node_ids import IP4_INPUT, IP6_INPUT, IP6_LOCAL, IP6_LOOKUP
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import (
     A_NH4,
     SID_ADJ,
@@ -55,6 +56,20 @@ from vecroute.packet.headers import (
     copy_bytes,
     rd16,
     wr16,
+)
+
+NODES = (
+    NodeDecl(
+        "srv6-localsid",
+        next=(
+            "ip4-input", "ip6-input", "ip6-local", "ip6-lookup", "gso-segment", "srv6-localsid",
+            "srv6-encap", "icmp6-error", "fw-out", "ip6-rewrite", "error-drop",
+        ),
+        counters=(
+            "blackhole", "route-unreachable", "route-prohibit", "ttl-expired", "srv6-end",
+            "srv6-decapsulated", "srv6-bad-srh", "srv6-sl-not-zero", "srv6-upper-layer",
+        ),
+    ),
 )
 
 # behaviours (sr_sid[:, SID_BEHAVIOR]); names in vecroute.srv6.tables.BEHAVIORS

@@ -41,7 +41,12 @@ A_NH4 = 2  # ip4 next hop
 A_NH6 = 3  # 4 words of the ip6 next hop, big-endian words: A_NH6 .. A_NH6+3
 A_FAMILY = 7
 A_RWLEN = 8
-ADJ_COLS = 9
+# the node a packet using the adjacency goes to after the lookup (VPP's lookup_next_index),
+# one per packet family (the local, drop, reject, SRv6 and reply adjacencies serve both);
+# the control plane fills them (fib/adjacency.py ADJ_NEXT), the lookup only loads them
+A_NEXT4 = 9
+A_NEXT6 = 10
+ADJ_COLS = 11
 ADJ_REWRITE = 0  # forward: prepend adj_rw
 ADJ_LOCAL = 1  # receive: for us
 ADJ_DROP = 2  # blackhole

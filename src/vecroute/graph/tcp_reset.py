@@ -24,6 +24,7 @@ from vecroute.graph.frames import enqueue
 from vecroute.graph.icmp_error import answer_on_link, count_drop, give_up
 from vecroute.graph.ip4_input import is_link_local4, is_martian4
 from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import TB_IP_ID, TB_RST
 from vecroute.graph.token_bucket import take_token_at
 from vecroute.packet.batch import (
@@ -44,6 +45,14 @@ from vecroute.packet.batch import (
 )
 from vecroute.packet.checksum import checksum, pseudo_header4, pseudo_header6
 from vecroute.packet.headers import IP4_HLEN, IP6_HLEN, PROTO_TCP, rd16, rd32, wr16, wr32
+
+NODES = (
+    NodeDecl(
+        "tcp-reset",
+        next=("ip4-lookup", "ip6-lookup", "error-drop"),
+        counters=("fw-reset-suppressed", "tcp-reset-rate-limited"),
+    ),
+)
 
 TCP_HLEN = 20
 TH_FIN = 0x01
