@@ -226,6 +226,11 @@ def _icmp_error_flag(buf, l3, iplen, proto, ip6) -> int:
     return 0
 
 
+# the nodes this pass stands for: what it sends and counts, one of them declares
+# (tests/test_node_registry.py checks it)
+ACTS_FOR = ("ethernet-input", "ip4-input", "ip6-input", "fw-in", "ip4-lookup", "ip6-lookup",
+            "fw-out", "ip4-rewrite", "ip6-rewrite", "interface-output")
+
 # what became of a candidate
 PENDING = 0  # still on the fused path
 SENT = 1  # forwarded
