@@ -104,7 +104,8 @@ class Firewall:
         return self._generation + self.tables.generation
 
     def args(self) -> tuple:
-        """The arrays in ``FW`` field order (pass them flat into compiled code)."""
+        """The arrays in ``FW`` field order (pass them flat into compiled code): the
+        classifier's, the tables', then the states (``layout.STATE_FIELDS``)."""
         return (*self.compiled.arrays(), *self.tables.arrays(), self.st, self.ctl)
 
     def dataplane(self) -> FW:
