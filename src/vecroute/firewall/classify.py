@@ -348,12 +348,29 @@ def _verify(fw, r, keys, i, direction):
         nxt = j + 1
         if op == OP_ADDR_TABLE:
             if a == 0:
-                hi, lo = keys[i, K_SRC_HI], keys[i, K_SRC_LO]
+                v = table_addr_lookup(
+                    fw.t4_roots,
+                    fw.t4_groups,
+                    fw.t6_roots,
+                    fw.t6_groups,
+                    fw.t_idx,
+                    b,
+                    fam,
+                    keys[i, K_SRC_HI],
+                    keys[i, K_SRC_LO],
+                )
             else:
-                hi, lo = keys[i, K_DST_HI], keys[i, K_DST_LO]
-            v = table_addr_lookup(
-                fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx, b, fam, hi, lo
-            )
+                v = table_addr_lookup(
+                    fw.t4_roots,
+                    fw.t4_groups,
+                    fw.t6_roots,
+                    fw.t6_groups,
+                    fw.t_idx,
+                    b,
+                    fam,
+                    keys[i, K_DST_HI],
+                    keys[i, K_DST_LO],
+                )
             m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
             if m:
                 targ = v
