@@ -14,7 +14,8 @@ import pytest
 from fw_reference import Pkt, RefFirewall, classbench_first_match
 
 from vecroute.firewall.classbench import gen_keys, load_classbench, to_rules
-from vecroute.firewall.classifier import classify_keys, compile_rules
+from vecroute.firewall.classify import classify_keys
+from vecroute.firewall.compiler import compile_rules
 from vecroute.firewall.rules import parse_rules
 from vecroute.firewall.states import new_ctl, new_table
 from vecroute.firewall.tables import FwTables

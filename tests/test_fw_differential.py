@@ -17,9 +17,11 @@ from fw_reference import Pkt, RefFirewall, RefTables, keys_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vecroute.firewall.classifier import CM_LIST, FW, classify_keys, compile_rules
+from vecroute.firewall.classify import classify_keys
+from vecroute.firewall.compiler import compile_rules
 from vecroute.firewall.config import parse_firewall_config
 from vecroute.firewall.firewall import Firewall
+from vecroute.firewall.layout import CM_LIST, FW
 from vecroute.firewall.rules import parse_rule
 from vecroute.firewall.states import new_ctl, new_table
 from vecroute.firewall.tables import FwTables

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 from test_fw_states import go, tcp
 
-from vecroute.firewall.classifier import DROP_STATE_FULL, V_DROP, V_PASS
 from vecroute.firewall.config import parse_firewall_config
 from vecroute.firewall.firewall import Firewall
 from vecroute.firewall.keys import make_key
+from vecroute.firewall.layout import DROP_STATE_FULL, V_DROP, V_PASS
 from vecroute.firewall.states import capacity_for
 
 S = 10**9

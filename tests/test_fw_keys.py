@@ -117,9 +117,10 @@ def test_kernel_entry_points_agree():
     (one row) and the flat Python entry give the same answers and counters."""
     from numba import njit
 
-    from vecroute.firewall.classifier import FW, fw_batch, fw_classify
+    from vecroute.firewall.classify import fw_batch, fw_classify
     from vecroute.firewall.config import parse_firewall_config
     from vecroute.firewall.firewall import Firewall
+    from vecroute.firewall.layout import FW
 
     @njit
     def node(args, keys, n, direction, now, v, r, a):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vecroute.firewall.classifier import DROP_STATE_FULL, V_DROP, V_PASS
 from vecroute.firewall.config import parse_firewall_config
 from vecroute.firewall.firewall import Firewall
 from vecroute.firewall.keys import make_key
+from vecroute.firewall.layout import DROP_STATE_FULL, V_DROP, V_PASS
 from vecroute.firewall.states import FC_COUNT, FC_CURSOR, new_ctl, new_table, sweep_states
 
 S = 10**9

@@ -24,17 +24,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from vecroute.firewall.classifier import (
-    DIR_IN,
-    FW,
-    CompiledFirewall,
-    classify_keys,
-    compile_rules,
-    delete_rule_at,
-    index_mapping,
-    insert_rule,
-)
+from vecroute.firewall.classify import classify_keys
+from vecroute.firewall.compiler import CompiledFirewall, compile_rules, index_mapping
 from vecroute.firewall.config import FirewallConfig, FirewallConfigError
+from vecroute.firewall.incremental import delete_rule_at, insert_rule
+from vecroute.firewall.layout import DIR_IN, FW
 from vecroute.firewall.rules import (
     AUTO_STEP,
     DEFAULT_NUMBER,
@@ -110,7 +104,8 @@ class Firewall:
         return self._generation + self.tables.generation
 
     def args(self) -> tuple:
-        """The arrays in ``FW`` field order (pass them flat into compiled code)."""
+        """The arrays in ``FW`` field order (pass them flat into compiled code): the
+        classifier's, the tables', then the states (``layout.STATE_FIELDS``)."""
         return (*self.compiled.arrays(), *self.tables.arrays(), self.st, self.ctl)
 
     def dataplane(self) -> FW:

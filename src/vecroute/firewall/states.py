@@ -91,8 +91,7 @@ FC_ADAPT_START = 16  # above this many states embryonic lifetimes shrink ...
 FC_ADAPT_END = 17  # ... linearly, to 0 at this many (always > max_states)
 FC_EVICTED = 18  # embryonic states removed to make room for a new one (table full)
 FC_EARLY_EXPIRED = 19  # expired states whose last lifetime was adaptively shortened
-FC_SCRATCH = 20  # 20..23: scratch (unused)
-FC_ROWS = 24  # 24..28: the packet's class rows
+FC_SCRATCH = 20  # 20..31: scratch (unused)
 FC_COLS = 32
 
 FC_NAMES = {

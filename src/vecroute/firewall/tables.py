@@ -955,7 +955,7 @@ class FwTables:
         return sorted(self._iface[b].items())
 
     def arrays(self) -> tuple:
-        """(t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab) for the data path."""
+        """The tables' part of ``FW`` for the data path, in ``layout.TABLE_FIELDS`` order."""
         t_idx = self.t_idx if self.t_idx.shape[0] else np.full((1, T_COLS), -1, np.int32)
         return (
             self.l4.roots if self.l4.roots.shape[0] else _EMPTY_ROOTS,

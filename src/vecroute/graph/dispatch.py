@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from vecroute.firewall.classifier import DIR_IN, DIR_OUT, FW
 from vecroute.firewall.keys import K_COLS
+from vecroute.firewall.layout import DIR_IN, DIR_OUT, FW
 from vecroute.graph import node_ids as N
 from vecroute.graph.arp_input import arp_input
 from vecroute.graph.cycles import readcyclecounter

@@ -40,7 +40,7 @@ import numpy as np
 from numba import njit
 
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec, lpm6_lookup_vec
-from vecroute.firewall.classifier import DIR_IN, DIR_OUT, V_PASS
+from vecroute.firewall.layout import DIR_IN, DIR_OUT, V_PASS
 from vecroute.graph import counters as C
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.firewall import fw_act, fw_classify

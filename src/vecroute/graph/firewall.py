@@ -4,7 +4,7 @@ fw-in sees what ip4-input/ip6-input validated, before the lookup (ipfw's ``in``:
 to the router and packets to forward); fw-out sees what the lookup sends to an interface,
 with the transmit interface known (``out``, ``xmit``), including packets the router itself
 originates (echo replies, ICMP errors). A vector is classified at once by the compiled
-classifier (:func:`vecroute.firewall.classifier.fw_batch`); the verdicts then send each
+classifier (:func:`vecroute.firewall.classify.fw_batch`); the verdicts then send each
 packet on: to the lookup / rewrite, to error-drop, to icmp-error (``reject``, ``unreach``)
 or to tcp-reset (``reset``). Neighbour discovery to link-local or multicast addresses and
 limited broadcasts go straight to ip4-local/ip6-local and are not filtered.
@@ -16,7 +16,9 @@ one, the ``opts[OPT_FW]`` bits say which directions run.
 import numpy as np
 from numba import njit
 
-from vecroute.firewall.classifier import (
+from vecroute.firewall.classify import fw_batch
+from vecroute.firewall.keys import K_RX, K_TX, extract_keys
+from vecroute.firewall.layout import (
     A_ALLOW,
     DIR_IN,
     DROP_STATE_FULL,
@@ -24,9 +26,7 @@ from vecroute.firewall.classifier import (
     V_DROP,
     V_PASS,
     V_REJECT,
-    fw_batch,
 )
-from vecroute.firewall.keys import K_RX, K_TX, extract_keys
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.node_ids import IP4_LOOKUP, IP4_REWRITE, IP6_LOOKUP, IP6_REWRITE, TCP_RESET

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from vecroute.firewall.classifier import RI_NUM
+from vecroute.firewall.layout import RI_NUM
 from vecroute.packet.batch import M_L3, M_LEN, M_OFF, M_TRACE, N_META
 from vecroute.packet.intrinsics import memcpy
 
