@@ -1,5 +1,8 @@
 """The graph dispatcher: runs every node with a non-empty frame until all frames drain.
 
+First the fused common path (graph/fast_path.py) forwards the plain packets of the batch
+in one pass; what it leaves walks the nodes.
+
 One compiled call per batch. Each node call is timed with the cycle counter and counted
 (calls, packets, clocks), like VPP's ``show runtime``.
 """
