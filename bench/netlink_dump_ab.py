@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt_summary, machine_line, summary  # noqa: E402
-from netlink_sync import prefixes  # noqa: E402
+from netlink_sync import kernel_side, prefixes  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -74,7 +74,7 @@ def main() -> None:
     for t in args.tree:
         name, _, path = t.partition("=")
         trees.append((name, Path(path).resolve()))
-    from vecroute.io.netns import Lab, ip
+    from vecroute.io.netns import Lab
 
     v4, v6 = prefixes(args.limit or None)
     total = len(v4) + len(v6)
@@ -83,15 +83,7 @@ def main() -> None:
           f"{'inline next hops' if args.inline else 'nexthop objects'}", flush=True)
     res: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n, _ in trees}
     with Lab("nd") as lab:
-        ns, peer = lab.netns("k"), lab.netns("p")
-        m0, _ = lab.veth(ns, peer)
-        ip("link", "set", m0, "address", "02:00:00:00:52:01", ns=ns)
-        ip("addr", "add", "192.0.2.1/24", "dev", m0, ns=ns)
-        ip("addr", "add", "2001:db8:1::1/64", "dev", m0, "nodad", ns=ns)
-        for nid, a4 in ((1, "192.0.2.2"), (2, "192.0.2.3")):
-            ip("nexthop", "add", "id", str(nid), "via", a4, "dev", m0, ns=ns)
-        for nid, a6 in ((3, "2001:db8:1::2"), (4, "2001:db8:1::3")):
-            ip("nexthop", "add", "id", str(nid), "via", a6, "dev", m0, ns=ns)
+        ns, m0 = kernel_side(lab)
         via4 = ("192.0.2.2", "192.0.2.3")
         via6 = ("2001:db8:1::2", "2001:db8:1::3")
         batch = Path(f"/tmp/nd-{os.getpid()}.batch")

@@ -31,6 +31,23 @@ if not DATA.exists():
     DATA = Path("/work/shared/data/bgp-full-table-prefixes.txt.gz")
 
 
+
+def kernel_side(lab) -> tuple[str, str]:
+    """The kernel's namespace of a netlink benchmark: one veth end with an IPv4 and an IPv6
+    address and nexthop objects 1, 2 (IPv4) and 3, 4 (IPv6) on it. Returns (ns, device)."""
+    from vecroute.io.netns import ip
+
+    ns, peer = lab.netns("k"), lab.netns("p")
+    m0, _ = lab.veth(ns, peer)
+    ip("link", "set", m0, "address", "02:00:00:00:52:01", ns=ns)
+    ip("addr", "add", "192.0.2.1/24", "dev", m0, ns=ns)
+    ip("addr", "add", "2001:db8:1::1/64", "dev", m0, "nodad", ns=ns)
+    for nid, a4 in ((1, "192.0.2.2"), (2, "192.0.2.3")):
+        ip("nexthop", "add", "id", str(nid), "via", a4, "dev", m0, ns=ns)
+    for nid, a6 in ((3, "2001:db8:1::2"), (4, "2001:db8:1::3")):
+        ip("nexthop", "add", "id", str(nid), "via", a6, "dev", m0, ns=ns)
+    return ns, m0
+
 def prefixes(limit: int | None) -> tuple[list[str], list[str]]:
     v4, v6 = [], []
     with gzip.open(DATA, "rt") as f:
@@ -54,7 +71,7 @@ def main() -> None:
     from vecroute.control.linux_nl import KernelSync
     from vecroute.control.neighbors import NeighborTable
     from vecroute.fib.fib import Fib
-    from vecroute.io.netns import Lab, ip
+    from vecroute.io.netns import Lab
 
     v4, v6 = prefixes(args.limit or None)
     total = len(v4) + len(v6)
@@ -72,15 +89,7 @@ def main() -> None:
     rows = []
     for run in range(args.runs):
         with Lab("nb") as lab:
-            ns, peer = lab.netns("k"), lab.netns("p")
-            m0, _ = lab.veth(ns, peer)
-            ip("link", "set", m0, "address", "02:00:00:00:52:01", ns=ns)
-            ip("addr", "add", "192.0.2.1/24", "dev", m0, ns=ns)
-            ip("addr", "add", "2001:db8:1::1/64", "dev", m0, "nodad", ns=ns)
-            for nid, a4 in ((1, "192.0.2.2"), (2, "192.0.2.3")):
-                ip("nexthop", "add", "id", str(nid), "via", a4, "dev", m0, ns=ns)
-            for nid, a6 in ((3, "2001:db8:1::2"), (4, "2001:db8:1::3")):
-                ip("nexthop", "add", "id", str(nid), "via", a6, "dev", m0, ns=ns)
+            ns, m0 = kernel_side(lab)
             batch = Path(f"/tmp/nb-{os.getpid()}.batch")
             with open(batch, "w") as f:
                 for i, p in enumerate(v4):
