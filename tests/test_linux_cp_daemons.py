@@ -429,23 +429,37 @@ class TestBgpBirdInRt:
         assert _ping(cp, "a", A.lo4, B.lo4).returncode == 0
 
     def test_port_down_withdraws_what_used_it(self, cp, bgp):
-        """Port b goes down: B's routes leave vecroute's FIB (the mirror's carrier does not
-        follow the port, so the BGP hold timer, 3 s, ends the sessions), A's stay; up
-        again, the sessions come back and vecroute forwards to B again."""
+        """Port b goes down: its mirror loses its carrier within a second (the daemon sees
+        the link go), B's routes leave vecroute's FIB, A's stay; up again, the carrier
+        comes back, the sessions too, and vecroute forwards to B again."""
         cp.wait_fib(B.net4, {(B.peer_v4, cp.port["b"])}, daemons=bgp)
         cp.wait_fib(B.net6, daemons=bgp)
+        mirror = cp.mirror["b"]
+
+        def carrier(up: bool) -> bool:
+            flags = cp.lab.link(cp.rt, mirror).get("flags", [])
+            pair = [r for r in cp.t.ctl("show", "linux-cp")["data"]["pairs"]
+                    if r["mirror"] == mirror][0]
+            return ("NO-CARRIER" not in flags) == up and pair["carrier"] == ("up" if up else
+                                                                            "down")
+
+        assert carrier(True)
         try:
             t0 = time.monotonic()
             cp.lab.link_set(cp.rt, cp.port["b"], "down")
+            wait_until(lambda: carrier(False), 1.0, f"mirror {mirror} without carrier")
+            t_carrier = time.monotonic() - t0
             for net in (B.net4, B.net6):
                 cp.wait_fib(net, present=False, timeout=LINK_DOWN_WITHIN, daemons=bgp)
-            print(f"port down withdrew B's routes in {time.monotonic() - t0:.2f} s")
+            print(f"port down: mirror carrier off after {t_carrier:.2f} s, B's routes "
+                  f"withdrawn after {time.monotonic() - t0:.2f} s")
             wait_kernel_route(cp.ns["a"], B.net4, present=False, timeout=5,
                               daemons=bgp.values())
             assert cp.fib_paths(A.net4) == [(A.peer_v4, cp.port["a"])]  # A's are untouched
         finally:
             cp.lab.link_set(cp.rt, cp.port["b"], "up")
         t0 = time.monotonic()
+        wait_until(lambda: carrier(True), 5.0, f"mirror {mirror} with its carrier back")
         bgp["rt"].wait_bgp(B.peer_v4, timeout=20)
         cp.wait_fib(B.net4, {(B.peer_v4, cp.port["b"])}, daemons=bgp)
         wait_kernel_route(cp.ns["a"], B.net4, gateways=[A.port_v4], daemons=bgp.values())

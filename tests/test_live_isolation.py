@@ -11,8 +11,11 @@ to back for as long as a disturbance lasts) while the control plane is disturbed
 * a flood of 15,000 Neighbour Solicitations and 15,000 ARP requests from random sources
   and MACs, sent from h1 as fast as a packet socket can.
 
-Every echo request must be answered (no loss) and the p99 RTT stay under 50 ms: generous
-for a busy 2-core machine, the point is "no stall", not speed. A normal ctl command must
+Every echo request must be answered (no loss) and none later than 250 ms: a stall shows as
+the replies that waited for it, and the bound is generous for a busy 2-core machine (a
+30,000-frame flood on the same port, or another test on the other core, delays a reply by
+tens of ms); the point is "no stall", not speed. Each test prints p50/p99/max and how long
+the worker was out of its compiled loop at most (waiting for the GIL). A normal ctl command must
 still be answered promptly. The trickle and idle-client cases run again with
 ``workers = 2``.
 
@@ -56,7 +59,10 @@ TABLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "bgp-full-tabl
 PING_COUNT = 150  # per ping run: 3 s at PING_INTERVAL
 PING_INTERVAL = 0.02
 PING_WAIT = 2  # ping -W: a reply later than this counts as lost
-MAX_P99_MS = 50.0
+# a stall shows as a reply that waited for it: every ping behind a stall of D ms comes back
+# up to D ms late. The old router stalled for seconds (0/150 replies); this one's worst
+# reply is a few ms on a quiet machine, tens of ms when another test shares the two cores
+MAX_RTT_MS = 250.0
 CTL_LIMIT_S = 2.0  # a normal ctl command beside the disturbance answers within this
 NEIGH_CTL_LIMIT_S = 5.0  # `show neighbors` after the flood ("within a few seconds")
 TRICKLE_EVERY_S = 1.5
@@ -133,7 +139,7 @@ class PingStats:
 
     @property
     def ok(self) -> bool:
-        return self.sent > 0 and self.lost == 0 and self.p(99) < MAX_P99_MS
+        return self.sent > 0 and self.lost == 0 and max(self.rtts) < MAX_RTT_MS
 
     def describe(self) -> str:
         r = self.rtts
@@ -179,7 +185,7 @@ def pings_during(
     ``until_done``: the disturbance is finite (a reload, a reply to read): ping until it
     has returned, at least ``min_runs`` runs and at most ``deadline_s``. Otherwise it runs
     until ``stop`` is set, which happens after ``min_runs`` runs. The first run that fails
-    (loss or p99 over the bound) ends the measurement. ``probe()`` (a ctl command, say)
+    (loss or a reply over the bound) ends the measurement. ``probe()`` (a ctl command, say)
     runs after the ping runs while the disturbance still goes on."""
     stop = threading.Event()
     box: dict[str, Any] = {}
@@ -306,10 +312,20 @@ def assert_ctl_prompt(what: str, words: str, timing: tuple, limit: float) -> Non
         pytest.fail(f"{what}: `ctl {words}` took {secs:.2f} s (limit {limit:g} s): {err}")
 
 
-def assert_no_stall(d: Disturbed, what: str) -> None:
-    print(f"\n{what}: {d.pings.describe()}")
+def workers_outside(t: Topology) -> str:
+    """How long each worker was out of its compiled loop at most (GIL waits, calls)."""
+    try:
+        rows = request(t.socket, ["show", "workers"], timeout=5)["data"]
+    except (OSError, ValueError, KeyError):
+        return "workers: no answer"
+    return "; ".join(f"worker {r['worker']} out of its loop at most {r['outside_max_ms']} ms "
+                     f"({r['outside_slow']} times > 10 ms)" for r in rows)
+
+
+def assert_no_stall(d: Disturbed, what: str, t: Topology) -> None:
+    print(f"\n{what}: {d.pings.describe()}; {workers_outside(t)}")
     if not d.pings.ok:
-        pytest.fail(f"{what}: forwarding stalled: {d.pings.describe()}")
+        pytest.fail(f"{what}: forwarding stalled: {d.pings.describe()}; {workers_outside(t)}")
     if d.error is not None:
         pytest.fail(f"{what}: the disturbance itself failed: {d.error!r}")
 
@@ -393,7 +409,7 @@ def check_trickling_client(t: Topology, label: str) -> None:
         trickler.close()
     dropped = f", dropped by the router: {trickler.dropped}" if trickler.dropped else ""
     what = f"{label}: trickling ctl client ({trickler.sent} bytes{dropped})"
-    assert_no_stall(d, what)
+    assert_no_stall(d, what, t)
     assert_ctl_prompt(what + ", beside it", "show interfaces", d.probe, CTL_LIMIT_S)
 
 
@@ -407,7 +423,7 @@ def check_idle_clients(t: Topology, label: str) -> None:
                 f"connected, {len(clients.pending)} kept out by the listen backlog)")  # fmt: skip
     finally:
         clients.close()
-    assert_no_stall(d, what)
+    assert_no_stall(d, what, t)
     assert_ctl_prompt(what + ", afterwards", "show interfaces", d.probe, CTL_LIMIT_S)
 
 
@@ -459,7 +475,7 @@ class TestOneWorker:
         d = pings_during(t, flood_from(t, frames), until_done=True, min_runs=1)
         what = f"flood of {FLOOD_NS} NS + {FLOOD_ARP} ARP requests from h1 ({d.result})"
         try:
-            assert_no_stall(d, what)
+            assert_no_stall(d, what, t)
         finally:
             ctl = timed_ctl(t, "show", "neighbors", limit=NEIGH_CTL_LIMIT_S)
             n = len(ctl[1]["data"]) if ctl[1] and ctl[1].get("ok") else None
@@ -505,7 +521,8 @@ class TestFullTable:
 
         d = pings_during(t, reloads, until_done=True, min_runs=1,
                          deadline_s=RELOADS * RELOAD_TIMEOUT_S)  # fmt: skip
-        assert_no_stall(d, f"{RELOADS} SIGHUP reloads of {rig.routes} routes (took {times} s)")
+        what = f"{RELOADS} SIGHUP reloads of {rig.routes} routes (took {times} s)"
+        assert_no_stall(d, what, t)
         if len(times) != RELOADS:
             pytest.fail(f"only {len(times)} reloads completed: {new_log()[-2000:]}")
 
@@ -526,7 +543,7 @@ class TestFullTable:
 
         d = pings_during(t, show_routes, until_done=True, min_runs=1,
                          deadline_s=SHOW_ROUTES_TIMEOUT_S)  # fmt: skip
-        assert_no_stall(d, f"`ctl show routes` of {rig.routes} routes ({d.result})")
+        assert_no_stall(d, f"`ctl show routes` of {rig.routes} routes ({d.result})", t)
         if not (d.done and d.result and d.result["ok"]):
             pytest.fail(f"`show routes` did not finish within {SHOW_ROUTES_TIMEOUT_S:.0f} s: "
                         f"{d.result}")  # fmt: skip

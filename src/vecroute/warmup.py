@@ -28,7 +28,7 @@ def clear_stale_cache(extra: tuple[Path, ...] = ()) -> int:
     # goes) hold no kernel and no constant a kernel reads (dependencies point down), so
     # changing them keeps the compiled code
     slow_path = {root / "control", root / "cli.py", root / "lab.py", root / "warmup.py",
-                 root / "__init__.py"}
+                 root / "__init__.py", root / "io" / "worker.py"}
     newest = max(
         p.stat().st_mtime
         for p in root.rglob("*.py")

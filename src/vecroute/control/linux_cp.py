@@ -10,7 +10,10 @@ Routing daemons (BIRD, FRR) run on the mirrors as if they were the ports:
   policed per port) and is written to the mirror; copies of the ARP and ND the control
   plane gets anyway are written too, so Linux learns its neighbours;
 * **inject** — every frame Linux sends on a mirror leaves by the paired port as Linux
-  built it (an ``INJ_FRAME`` record on worker 0's inject ring, no FIB lookup).
+  built it (an ``INJ_FRAME`` record on worker 0's inject ring, no FIB lookup);
+* **carrier** — the mirror's carrier follows the port's (TUNSETCARRIER, checked on the
+  control plane's 100 ms tick), so a daemon sees a dead port at once (BIRD's ``check
+  link``, FRR's fast external failover) instead of after its hold timer.
 
 Bounded both ways: a TAP that cannot take a frame (its queue full) drops it, counted;
 reading a mirror takes at most ``READ_BUDGET`` frames per event-loop turn; a full inject
@@ -35,6 +38,7 @@ from vecroute.io.channel import INJECT_MAX
 log = logging.getLogger("vecroute.linux_cp")
 
 TUNSETIFF = 0x400454CA
+TUNSETCARRIER = 0x400454E2  # _IOW('T', 226, int): Linux >= 4.16
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 IFA_F_NODAD = 0x02
@@ -62,13 +66,17 @@ class Mirror:
     inject_drops: int = 0  # frames refused: the inject ring was full, or too long
     inject_policed: int = 0  # frames over the mirror's inject rate
     dead: str = ""  # why the mirror is gone (deleted under us): nothing more is read
+    carrier: bool | None = None  # what the mirror's carrier was last set to
+    carrier_changes: int = 0
     bucket: list = field(default_factory=lambda: [0.0, 0.0])  # inject tokens, last refill
 
     def row(self) -> dict:
         return {"port": self.port_name, "mirror": self.name, "netns": self.netns or "",
                 "ifindex": self.ifindex, "punted": self.punted, "punt_drops": self.punt_drops,
                 "injected": self.injected, "inject_drops": self.inject_drops,
-                "inject_policed": self.inject_policed, "state": self.dead or "up"}
+                "inject_policed": self.inject_policed, "state": self.dead or "up",
+                "carrier": {None: "?", True: "up", False: "down"}[self.carrier],
+                "carrier_changes": self.carrier_changes}
 
 
 def _iproute(netns: str | None):
@@ -86,6 +94,18 @@ def _sysctl(netns: str | None, key: str, value: str) -> None:
     subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-qw",
                     f"{key.replace('/', '.')}={value}"], check=True, capture_output=True,
                    timeout=10)
+
+
+def port_carrier(name: str) -> bool | None:
+    """The port's carrier as the kernel reports it (an interface that is down has none:
+    False), or None when it cannot be read (no such interface)."""
+    try:
+        with open(f"/sys/class/net/{name}/carrier") as f:
+            return f.read().strip() == "1"
+    except FileNotFoundError:
+        return None
+    except OSError:  # EINVAL: the interface is administratively down
+        return False
 
 
 def open_tap(name: str) -> int:
@@ -111,6 +131,7 @@ class LinuxCp:
         # inject ring from the ARP/ND answers, nor its batches from the ports)
         self.inject_rate, self.inject_burst = lcp.punt_rate, lcp.punt_burst
         self._loop = None
+        self._carrier_ok = True  # TUNSETCARRIER works here (Linux >= 4.16)
         self.mirrors: dict[int, Mirror] = {}
         try:
             for ifx, itf in enumerate(cfg.interfaces):
@@ -178,9 +199,34 @@ class LinuxCp:
         """Read the mirrors on ``loop``; ``send(port, frame)`` queues a frame for a port
         (False when the ring refused it)."""
         self._loop = loop
+        self.follow_carrier()
         for m in self.mirrors.values():
             m.bucket[:] = [float(self.inject_burst), time.monotonic()]
             loop.add_reader(m.fd, self._read, m, send)
+
+    # -- carrier: the port's link, shown on the mirror --------------------------------------
+
+    def follow_carrier(self) -> None:
+        """Give each mirror its port's carrier (called on every tick: a sysfs read per port;
+        an ioctl only on a change)."""
+        if not self._carrier_ok:
+            return
+        for m in self.mirrors.values():
+            up = port_carrier(m.port_name)
+            if up is None or up == m.carrier or m.dead:
+                continue
+            try:
+                fcntl.ioctl(m.fd, TUNSETCARRIER, struct.pack("i", int(up)))
+            except OSError as e:
+                self._carrier_ok = False
+                log.warning("mirror %s: cannot set its carrier (%s): mirrors keep theirs up "
+                            "whatever their ports' links do", m.name, e.strerror or e)
+                return
+            if m.carrier is not None:
+                m.carrier_changes += 1
+                log.info("mirror %s: carrier %s (port %s)", m.name, "up" if up else "down",
+                         m.port_name)
+            m.carrier = up
 
     def _read(self, m: Mirror, send: Callable[[int, bytes], bool]) -> None:
         b = m.bucket

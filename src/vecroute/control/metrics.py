@@ -120,6 +120,8 @@ WORKER_ROW = (
     ("punted", "worker_punts", "Records the worker published on its punt ring.", True),
     ("entries", "worker_loop_entries", "Calls from Python into the compiled loop (swaps, "
      "commands, housekeeping).", True),
+    ("outside_slow", "worker_slow_returns", "Returns to Python that kept the worker out of "
+     "its loop for more than 10 ms (waiting for the GIL, serving calls).", True),
     ("punt_queue", "worker_punt_queue_records", "Records waiting in the punt ring now.",
      False),
     ("inject_queue", "worker_inject_queue_records", "Records waiting in the inject ring now.",

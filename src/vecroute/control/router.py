@@ -562,6 +562,8 @@ class LiveRouter:
 
     def _tick(self) -> None:
         self.neigh.tick(time.monotonic_ns())
+        if self.lcp is not None:
+            self.lcp.follow_carrier()
         if self.neigh.changed:
             self.commit()
         else:

@@ -47,7 +47,12 @@ log = logging.getLogger("vecroute.worker")
 PUNT_RING = 1024  # records
 INJECT_RING = 1024
 POLL_MS = 100  # the longest sleep: a stop or a time slice is noticed within it
-SLICE_NS = 1_000_000_000  # Python sees the worker at least this often
+# The loop returns to Python only when asked (W_REQ), to grow the firewall's states or to
+# stop: an idle time slice would make it wait for the GIL behind whatever the control
+# plane holds it for at that moment (a full-table reload's C calls held it 0.47 s), so the
+# slice is off (tests set a short one to get the loop back)
+SLICE_NS = 2**62
+SLOW_OUTSIDE_NS = 10_000_000  # a return to Python longer than this is counted
 SPIN_NS = 200_000  # adaptive: awake this long after the last packet
 JUMBO_SLOTS = 32  # GSO super-packets kept whole per batch (the rest are cut on receive)
 
@@ -115,6 +120,10 @@ class DataPlaneWorker:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.on_exit: Callable[[DataPlaneWorker], None] | None = None
+        # time out of the compiled loop (waiting for the GIL, serving calls): the largest
+        # gap and how many exceeded SLOW_OUTSIDE_NS, so a stall has a number
+        self.outside_max_ns = 0
+        self.outside_slow = 0
 
     # -- the control plane's side -----------------------------------------------------------
 
@@ -138,6 +147,8 @@ class DataPlaneWorker:
             "entries": int(c[L.W_ENTRIES]),
             "heartbeat_age_ms": (time.clock_gettime_ns(time.CLOCK_MONOTONIC) - beat) // 1_000_000
             if beat else -1,
+            "outside_max_ms": round(self.outside_max_ns / 1e6, 3),
+            "outside_slow": self.outside_slow,
             "punt_queue": len(self.punt),
             "inject_queue": len(self.inject),
             "error": "" if self.error is None else f"{type(self.error).__name__}: {self.error}",
@@ -238,10 +249,22 @@ class DataPlaneWorker:
 
     def run_once(self) -> int:
         """Enter the compiled loop once (the thread's body; tests call it directly)."""
+        back = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # the GIL is ours again
         self._serve_calls()
         if self.ctl[L.W_STOP]:
             return L.RET_STOP
-        return int(L.forward_loop(*self._loop_args()))
+        args = self._loop_args()
+        left = int(self.ctl[L.W_HEARTBEAT])  # the loop's last pass before it returned
+        if left:
+            now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            gap = now - left
+            self.outside_max_ns = max(self.outside_max_ns, gap)
+            if gap > SLOW_OUTSIDE_NS:
+                self.outside_slow += 1
+                log.info("worker %d was out of its loop %.1f ms (%.1f ms waiting for the GIL, "
+                         "%.1f ms serving calls)", self.index, gap / 1e6, (back - left) / 1e6,
+                         (now - back) / 1e6)
+        return int(L.forward_loop(*args))
 
     def _main(self) -> None:
         try:
