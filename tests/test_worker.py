@@ -25,6 +25,7 @@ from vecroute.graph.node_ids import DONE_PUNT
 from vecroute.graph.state import OPT_LIVE
 from vecroute.io import worker_loop as L
 from vecroute.io.channel import (
+    IH_COLS,
     PH_COLS,
     R_DROPS,
     R_POLICED,
@@ -189,6 +190,20 @@ def test_oversized_inject_record_is_refused():
     assert fwd.forward(0, lambda p, f: None)[0] == 0
     m = fwd.batch.meta
     assert int(m[M_LEN, 0]) >= 0 and int(m[M_RX, 0]) >= -1  # nothing was loaded
+
+
+def test_inject_reserve_keeps_room_for_the_control_planes_own_frames():
+    # Linux's frames (linux-cp) stop while no more than `reserve` records are free; the
+    # control plane's own (reserve 0) still get those, and only a truly full ring counts
+    ring = Ring(8, IH_COLS)
+    frame = b"\x02" * 60
+    took = 0
+    while inject_frame(ring, 1, frame, reserve=2):
+        took += 1
+        assert took <= 8
+    assert took == 6 and len(ring) == 6 and ring.ctl[R_DROPS] == 0
+    assert inject_frame(ring, 1, frame) and inject_frame(ring, 1, frame)
+    assert not inject_frame(ring, 1, frame) and ring.ctl[R_DROPS] == 1
 
 
 def test_workers_get_frozen_copies_of_the_tables():

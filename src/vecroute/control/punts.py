@@ -87,8 +87,12 @@ def decode_punts(worker: int, records: list) -> list[tuple]:
     return out
 
 
-def inject_frame(ring: Ring, port: int, frame: bytes) -> bool:
-    """An Ethernet frame to send on ``port`` as it is (False: ring full, counted)."""
+def inject_frame(ring: Ring, port: int, frame: bytes, reserve: int = 0) -> bool:
+    """An Ethernet frame to send on ``port`` as it is (False: ring full, counted).
+    ``reserve``: refuse it (uncounted: the caller counts) unless more than this many
+    records stay free, the room kept for the control plane's own ARP/ND answers."""
+    if reserve and ring.capacity - len(ring) <= reserve:
+        return False
     return ring.push((INJ_FRAME, port, len(frame), 0, 0, 0, 0, 0, port), frame)
 
 
