@@ -499,3 +499,65 @@ def test_ctl_fw_grammar() -> None:
         execute(c, ["fw", "table", "nosuch", "add", "192.0.2.1"])
     with pytest.raises(CommandError, match="no firewall"):
         execute(_CtlRouter(None), ["fw", "show"])
+
+
+# -- frames the control plane injects (linux-cp) pass fw-out ------------------------------
+
+
+def test_injected_frames_pass_fw_out_and_lying_headers_are_dropped():
+    """Linux's frames on a mirror (INJ_FRAME records) go through fw-out as the router's own
+    packets on the port they leave by: a denied port is dropped and counted, an allowed one
+    leaves byte for byte; ARP, multicast and link-local are not filtered (as on input);
+    headers whose lengths lie are dropped with their own counter, never read past."""
+    from scapy.layers.l2 import ARP
+
+    from vecroute.control.forwarder import Forwarder
+    from vecroute.control.punts import inject_frame
+    from vecroute.graph import counters as C
+
+    rt = fw_router("100 deny tcp from any to any 179 out xmit eth1",
+                   "200 deny udp from any to any 7102 out recv any", default="allow")
+    fwd = Forwarder(rt.fib, [], 64, firewall=rt.firewall)
+    l2 = Ether(dst=N1, src=R1)
+    v4 = IP(src="192.0.2.65", dst=N1_IP4)
+    v6 = IPv6(src="2001:db8:1::1", dst="2001:db8:1::99")
+    passed = [
+        l2 / v4 / TCP(dport=180, flags="S"),  # another port
+        Ether(dst=N1, src=R0) / v4 / UDP(dport=7102),  # rule 200 wants a recv interface
+        l2 / v6 / TCP(dport=180),
+        Ether(dst="ff:ff:ff:ff:ff:ff", src=R1) / ARP(psrc="192.0.2.65", pdst=N1_IP4),
+        l2 / IP(src="192.0.2.65", dst="224.0.0.5", proto=89) / Raw(b"\x02\x01" + b"\0" * 40),
+        l2 / IPv6(src="fe80::1", dst="fe80::99") / TCP(dport=179),  # link-local: exempt
+        l2 / IPv6(src="fe80::1", dst="ff02::5", nh=89) / Raw(b"\x03\x01" + b"\0" * 30),
+    ]
+    denied = [l2 / v4 / TCP(dport=179, flags="S"), l2 / v6 / TCP(dport=179, flags="S")]
+    good = bytes(l2 / v4 / TCP(dport=179))
+    short_ihl = bytearray(good)
+    short_ihl[14] = 0x4F  # IHL 60 in a 40-byte packet
+    long_tot = bytearray(good)
+    long_tot[16:18] = (1500).to_bytes(2, "big")  # total length past the frame
+    v6good = bytes(l2 / v6 / TCP(dport=179))
+    long_plen = bytearray(v6good)
+    long_plen[18:20] = (4000).to_bytes(2, "big")
+    bad_ext = bytes(l2 / IPv6(src="2001:db8:1::1", dst="2001:db8:1::99", nh=0)
+                    / Raw(b"\x06\xff"))  # a hop-by-hop header claiming 2048 bytes
+    truncated = good[:14 + 12]  # not even an IPv4 header
+    malformed = [bytes(short_ihl), bytes(long_tot), bytes(long_plen), bad_ext, truncated]
+    frames = [bytes(f) for f in passed + denied] + malformed
+    for f in frames:
+        assert inject_frame(fwd.inject, 1, f)
+    sent: list[tuple[int, bytes]] = []
+    n, _ = fwd.forward(0, lambda p, f: sent.append((p, f)))
+    assert n == len(frames)
+    # as they were, nothing else (the exempt ones leave before the filtered ones)
+    assert sorted(sent) == sorted((1, bytes(f)) for f in passed)
+    c = fwd.graph.state.counters
+    assert c[C.C_FW_DENY] == len(denied)
+    assert c[C.C_FW_INJECT_MALFORMED] == len(malformed)
+    # the same frames without a firewall: all leave as they are (no fw-out, no parsing)
+    plain = Forwarder(Router(base_config()).fib, [], 64)
+    for f in frames:
+        assert inject_frame(plain.inject, 1, f)
+    out: list[tuple[int, bytes]] = []
+    plain.forward(0, lambda p, f: out.append((p, f)))
+    assert sorted(out) == sorted((1, f) for f in frames)

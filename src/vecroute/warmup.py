@@ -65,9 +65,9 @@ def warm(firewall: bool = True) -> float:
 
 
 def warm_firewall() -> None:
-    """Only the firewall's kernels and the graph with a firewall (a second process compiles
-    them while the first compiles the rest)."""
-    _warm_firewall(*_tiny_graph())
+    """Only the graph with a firewall and the loops that embed it (a second process
+    compiles them while the first compiles the rest, the standalone classifier included)."""
+    _warm_firewall(*_tiny_graph(), classifier=False)
 
 
 def _warm_replay(fw_rules: list[str] | None) -> None:
@@ -116,19 +116,23 @@ def _tiny_graph():
     return dp.graph(batch), batch
 
 
-def _warm_firewall(graph, batch) -> None:
-    """The firewall compiler, the graph with fw-in/fw-out and the standalone classifier
-    (a few rules, one table, IPv4 and IPv6 keys)."""
+def _firewall_config():
     from vecroute.firewall.config import parse_firewall_config
-    from vecroute.firewall.firewall import Firewall
-    from vecroute.firewall.keys import make_key
 
-    cfg = parse_firewall_config({
+    return parse_firewall_config({
         "rules": ["100 allow tcp from any to table(t) 22 keep-state",
                   "200 count ip from 192.0.2.0/24 to any",
                   "300 deny ip6 from 2001:db8::/32 to any"],
         "tables": [{"name": "t", "type": "addr", "entries": ["198.51.100.0/24"]}],
     })
+
+
+def _warm_firewall(graph, batch, classifier: bool = True) -> None:
+    """The firewall compiler, the graph with fw-in/fw-out and (``classifier``) the
+    standalone classifier (a few rules, one table, IPv4 and IPv6 keys)."""
+    from vecroute.firewall.firewall import Firewall
+
+    cfg = _firewall_config()
     fw = Firewall(cfg, interfaces=["a"])
     graph.attach_firewall(fw)
     _load_one(batch)
@@ -136,6 +140,16 @@ def _warm_firewall(graph, batch) -> None:
     graph.attach_firewall(None)
     _warm_worker(graph, Firewall(cfg, interfaces=["a"]))
     _warm_replay(["100 allow ip from any to any keep-state"])
+    if classifier:
+        _warm_classifier()
+
+
+def _warm_classifier() -> None:
+    """The standalone classifier (``Firewall.classify``: tools and tests)."""
+    from vecroute.firewall.firewall import Firewall
+    from vecroute.firewall.keys import make_key
+
+    fw = Firewall(_firewall_config(), interfaces=["a"])
     fw.classify(np.stack([make_key("192.0.2.1", "198.51.100.1", proto=6, sport=1, dport=22,
                                    tcpflags=2),
                           make_key("2001:db8::1", "2001:db8::2", proto=17, sport=1, dport=2)]))
@@ -181,6 +195,7 @@ def warm_parallel() -> float:
         [sys.executable, "-c", "from vecroute.warmup import warm_firewall; warm_firewall()"]
     )
     warm(firewall=False)
+    _warm_classifier()  # the child's longest tail, compiled here meanwhile
     if child.wait() != 0:
         raise SystemExit("vecroute.warmup: compiling the firewall kernels failed")
     warm(firewall=True)  # loads what the child compiled

@@ -10,7 +10,8 @@ Routing daemons (BIRD, FRR) run on the mirrors as if they were the ports:
   policed per port) and is written to the mirror; copies of the ARP and ND the control
   plane gets anyway are written too, so Linux learns its neighbours;
 * **inject** — every frame Linux sends on a mirror leaves by the paired port as Linux
-  built it (an ``INJ_FRAME`` record on worker 0's inject ring, no FIB lookup);
+  built it (an ``INJ_FRAME`` record on worker 0's inject ring, no FIB lookup; through
+  fw-out when a firewall runs);
 * **carrier** — the mirror's carrier follows the port's (TUNSETCARRIER, checked on the
   control plane's 100 ms tick), so a daemon sees a dead port at once (BIRD's ``check
   link``, FRR's fast external failover) instead of after its hold timer.

@@ -275,6 +275,10 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("fw-state-full", "fw-in", "drop",
             "keep-state found the state table full (max_states) and no expired or"
             " unanswered state to evict: new flow dropped"),
+    Counter("fw-inject-malformed", "fw-out", "drop",
+            "a frame the control plane injected (linux-cp: Linux sent it on a mirror) whose"
+            " IPv4/IPv6 header does not hold together (version, lengths, extension headers):"
+            " dropped, the output firewall cannot judge it"),
     Counter("tcp-reset-sent", "tcp-reset", "event",
             "TCP RST sent for a `reset` rule or a closed port (counted when it leaves)"),
     Counter("fw-reset-suppressed", "tcp-reset", "event",
@@ -409,6 +413,7 @@ C_FW_DENY = _c("fw-deny")
 C_FW_REJECT = _c("fw-reject")
 C_FW_RESET = _c("fw-reset")
 C_FW_STATE_FULL = _c("fw-state-full")
+C_FW_INJECT_MALFORMED = _c("fw-inject-malformed")
 C_FW_RESET_SUPPRESSED = _c("fw-reset-suppressed")
 C_TCP_RESET_SENT = _c("tcp-reset-sent")
 C_TCP_RESET_RATE_LIMITED = _c("tcp-reset-rate-limited")

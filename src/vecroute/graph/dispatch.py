@@ -19,7 +19,7 @@ from vecroute.graph.arp_input import arp_input
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.ethernet_input import ethernet_input
 from vecroute.graph.fast_path import fused_forward
-from vecroute.graph.firewall import fw_node
+from vecroute.graph.firewall import fw_node, fw_out_entry
 from vecroute.graph.gso_segment import gso_segment
 from vecroute.graph.icmp_error import icmp4_error, icmp6_error
 from vecroute.graph.ip4_frag import ip4_frag
@@ -54,7 +54,7 @@ from vecroute.graph.trace import (
     trace_record_fw,
     trace_select,
 )
-from vecroute.packet.batch import M_NEXT, PacketBatch
+from vecroute.packet.batch import F_INJ_L2, M_FLAGS, M_NEXT, PacketBatch
 
 
 @njit(cache=True)
@@ -107,8 +107,11 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
     trace_begin(meta, dp)
     frame_n[:] = 0
     txn[0] = 0
+    fw_out = fw is not None and (dp.opts[OPT_FW] & FW_RUN_OUT) != 0
     for i in range(n):  # usually ethernet-input; re-injected packets enter at a lookup
         first = meta[M_NEXT, i]
+        if fw_out and first == N.INTERFACE_OUTPUT and meta[M_FLAGS, i] & F_INJ_L2:
+            first = fw_out_entry(buf, meta, i)  # a frame from Linux: fw-out first
         frames[first, frame_n[first]] = i
         frame_n[first] += 1
     if dp.opts[OPT_NO_FUSED] == 0 and trace[TR_LEFT] <= 0:  # the plain packets, fused

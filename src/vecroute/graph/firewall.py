@@ -9,6 +9,14 @@ packet on: to the lookup / rewrite, to error-drop, to icmp-error (``reject``, ``
 or to tcp-reset (``reset``). Neighbour discovery to link-local or multicast addresses and
 limited broadcasts go straight to ip4-local/ip6-local and are not filtered.
 
+Frames Linux sends on a linux-cp mirror (``F_INJ_L2``: whole frames, their Ethernet header
+built by Linux) pass fw-out too when it runs (:func:`fw_out_entry` finds their IP header,
+as ip4-input/ip6-input would): as the router's own packets (no receive interface), to the
+port they leave by; passed, they go to interface-output as they are. The same addresses
+are exempt as on input (multicast, link-local, broadcast: OSPF, ND), and ARP is not IP.
+A verdict other than pass drops them (``reject`` / ``reset`` would answer the router
+itself).
+
 With no firewall the graph is compiled with ``fw = None`` and these nodes vanish; with
 one, the ``opts[OPT_FW]`` bits say which directions run.
 """
@@ -29,19 +37,37 @@ from vecroute.firewall.layout import (
 )
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, icmp_error
-from vecroute.graph.node_ids import IP4_LOOKUP, IP4_REWRITE, IP6_LOOKUP, IP6_REWRITE, TCP_RESET
+from vecroute.graph.ip6_input import walk_ext_headers
+from vecroute.graph.node_ids import (
+    ERROR_DROP,
+    FW_OUT,
+    INTERFACE_OUTPUT,
+    IP4_LOOKUP,
+    IP4_REWRITE,
+    IP6_LOOKUP,
+    IP6_REWRITE,
+    TCP_RESET,
+)
 from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import A_IF, FW_TRIVIAL_IN, OPT_FW
 from vecroute.packet.batch import (
+    F_FRAG,
+    F_FRAG_NONFIRST,
     F_FW_SKIP,
+    F_INJ_L2,
+    F_IP6,
     F_LOCAL_ORIGIN,
     M_ADJ,
     M_ERR,
     M_FLAGS,
     M_L3,
+    M_L4,
     M_LEN,
     M_OFF,
+    M_PROTO,
+    M_TX,
 )
+from vecroute.packet.headers import rd16
 
 NODES = (
     NodeDecl(
@@ -52,11 +78,69 @@ NODES = (
     NodeDecl(
         "fw-out",
         next=(
-            "icmp4-error", "icmp6-error", "tcp-reset", "ip4-rewrite", "ip6-rewrite", "error-drop",
+            "icmp4-error", "icmp6-error", "tcp-reset", "ip4-rewrite", "ip6-rewrite",
+            "interface-output", "error-drop",
         ),
-        counters=("fw-deny", "fw-reject", "fw-reset", "fw-state-full"),
+        counters=("fw-deny", "fw-reject", "fw-reset", "fw-state-full", "fw-inject-malformed"),
     ),
 )
+
+
+@njit(cache=True)
+def fw_out_entry(buf, meta, i) -> int:
+    """Where frame i from the control plane (F_INJ_L2) goes while fw-out runs: FW_OUT for
+    an IP packet to a unicast address (M_L3, M_PROTO, M_L4 and the fragment flags set, as
+    ip4-input / ip6-input set them), INTERFACE_OUTPUT for what fw-in does not see either
+    (ARP, multicast, link-local, broadcast), ERROR_DROP (M_ERR set) for an IP header that
+    does not hold together."""
+    o = meta[M_OFF, i]
+    end = o + meta[M_LEN, i]
+    l3 = o + 14
+    if end < l3:
+        return INTERFACE_OUTPUT
+    et = rd16(buf, o + 12)
+    flags = meta[M_FLAGS, i] | F_LOCAL_ORIGIN
+    if et == 0x0800:
+        if end - l3 < 20 or (buf[l3] >> 4) != 4:
+            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
+            return ERROR_DROP
+        ihl = np.int64(buf[l3] & 15) * 4
+        tot = np.int64(rd16(buf, l3 + 2))
+        if ihl < 20 or tot < ihl or l3 + tot > end:
+            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
+            return ERROR_DROP
+        if buf[l3 + 16] >= 224:  # multicast, reserved, 255.255.255.255
+            return INTERFACE_OUTPUT
+        fo = rd16(buf, l3 + 6)
+        if fo & 0x3FFF:
+            flags |= F_FRAG
+        if fo & 0x1FFF:
+            flags |= F_FRAG_NONFIRST
+        meta[M_PROTO, i] = buf[l3 + 9]
+        meta[M_L4, i] = l3 + ihl
+    elif et == 0x86DD:
+        if end - l3 < 40 or (buf[l3] >> 4) != 6:
+            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
+            return ERROR_DROP
+        stop = l3 + 40 + np.int64(rd16(buf, l3 + 4))
+        if stop > end:
+            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
+            return ERROR_DROP
+        d0 = buf[l3 + 24]
+        if d0 == 0xFF or (d0 == 0xFE and (buf[l3 + 25] & 0xC0) == 0x80):
+            return INTERFACE_OUTPUT  # multicast, link-local: ND, MLD, OSPFv3
+        proto, l4, fflags, ok = walk_ext_headers(buf, l3, stop)
+        if not ok:
+            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
+            return ERROR_DROP
+        flags |= fflags | F_IP6
+        meta[M_PROTO, i] = proto
+        meta[M_L4, i] = l4
+    else:
+        return INTERFACE_OUTPUT
+    meta[M_L3, i] = l3
+    meta[M_FLAGS, i] = flags
+    return FW_OUT
 
 
 @njit(cache=True)
@@ -90,7 +174,8 @@ def fw_classify(work, k, buf, meta, dp, fw, fwk, fwv, now, direction) -> None:
     if direction != DIR_IN:
         for j in range(k):
             i = work[j]
-            fwk[j, K_TX] = dp.adj[meta[M_ADJ, i], A_IF]
+            a = meta[M_ADJ, i]  # none for a frame from the control plane: its port
+            fwk[j, K_TX] = dp.adj[a, A_IF] if a >= 0 else meta[M_TX, i]
             if meta[M_FLAGS, i] & F_LOCAL_ORIGIN:
                 fwk[j, K_RX] = -1  # the router's own packet: no receive interface
     fw_batch(fw, fwk, k, direction, now, fwv[0], fwv[1], fwv[2])
@@ -120,7 +205,13 @@ def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, directio
         i = work[j]
         v = fwv[0, j]
         ip6 = (buf[meta[M_L3, i]] >> 4) == 6
-        if v != V_PASS:
+        if meta[M_FLAGS, i] & F_INJ_L2:  # a frame from Linux: out as it is, or dropped
+            if v == V_PASS:
+                enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)
+            else:
+                fw_act(frames, frame_n, meta, i, V_DROP,
+                       fwv[2, j] if v == V_DROP else 0, ip6)
+        elif v != V_PASS:
             fw_act(frames, frame_n, meta, i, v, fwv[2, j], ip6)
         elif direction == DIR_IN:
             enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6 else IP4_LOOKUP, i)

@@ -46,6 +46,7 @@ from vecroute.graph.state import (
 from vecroute.graph.token_bucket import NANO, has_token
 from vecroute.io.syscalls import fence
 from vecroute.packet.batch import (
+    F_INJ_L2,
     F_IP6,
     HEADROOM,
     M_ADJ,
@@ -362,7 +363,8 @@ def ring_to_batch(ctl, hdr, data, buf, meta, ts, start, max_packets, tsv) -> int
         meta[M_OFF, slot] = o
         if kind == INJ_FRAME:
             meta[M_TX, slot] = h[IH_PORT]
-            meta[M_NEXT, slot] = INTERFACE_OUTPUT
+            meta[M_NEXT, slot] = INTERFACE_OUTPUT  # through fw-out first, if it runs
+            meta[M_FLAGS, slot] = F_INJ_L2
         else:
             meta[M_L3, slot] = o
             meta[M_FIB, slot] = h[IH_FIB]

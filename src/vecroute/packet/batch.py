@@ -68,6 +68,7 @@ F_REDIRECT = 2048  # an ICMP redirect (a copy of a forwarded packet's header, th
 F_GSO = 4096  # a GSO super-packet (in a jumbo slot): leaves whole, the kernel segments it
 F_CSUM_PARTIAL = 8192  # its L4 checksum holds only the pseudo-header sum (M_CSUM)
 F_REINJECTED = 16384  # came back from the control plane: if it is punted again, it is dropped
+F_INJ_L2 = 32768  # a whole frame from the control plane (linux-cp): fw-out, then out as it is
 
 # Jumbo slots: a batch may hold GSO super-packets whole (up to 64 KiB of IP) in slots of
 # their own after the ordinary ones; the packet's index is an ordinary one (its metadata),
