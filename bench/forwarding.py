@@ -529,14 +529,13 @@ class VectorPath:
         """(tx interface, bytes) of the forwarded packets of the first batch, in order;
         what the router built itself (ICMP redirects to senders whose next hop is on their
         own link: the Python forwarder sends none) is left out."""
-        from vecroute.packet.batch import F_LOCAL_ORIGIN, F_REDIRECT, M_FLAGS, M_TX
+        from vecroute.packet.batch import F_REDIRECT, M_FLAGS, M_TX
 
         b = self.batch
         b.load(fr.data, fr.off, fr.length, fr.ts, fr.rx, 0, fr.n)
         tx = self.graph.run(b, NOW_NS)
-        own = F_REDIRECT | F_LOCAL_ORIGIN
         return [(int(b.meta[M_TX, i]), b.frame(int(i))) for i in tx
-                if not b.meta[M_FLAGS, i] & own]
+                if not b.meta[M_FLAGS, i] & F_REDIRECT]
 
 
 def bare_lookup(fib, fr4: Frames, fr6: Frames) -> tuple[float, float, np.ndarray, np.ndarray]:

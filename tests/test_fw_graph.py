@@ -509,6 +509,7 @@ def test_injected_frames_pass_fw_out_and_lying_headers_are_dropped():
     packets on the port they leave by: a denied port is dropped and counted, an allowed one
     leaves byte for byte; ARP, multicast and link-local are not filtered (as on input);
     headers whose lengths lie are dropped with their own counter, never read past."""
+    from scapy.layers.inet6 import ICMPv6ND_NA
     from scapy.layers.l2 import ARP
 
     from vecroute.control.forwarder import Forwarder
@@ -516,7 +517,9 @@ def test_injected_frames_pass_fw_out_and_lying_headers_are_dropped():
     from vecroute.graph import counters as C
 
     rt = fw_router("100 deny tcp from any to any 179 out xmit eth1",
-                   "200 deny udp from any to any 7102 out recv any", default="allow")
+                   "200 deny udp from any to any 7102 out recv any",
+                   "300 deny ipv6-icmp from any to any out",
+                   "400 deny ip from any to 240.0.0.0/4 out", default="allow")
     fwd = Forwarder(rt.fib, [], 64, firewall=rt.firewall)
     l2 = Ether(dst=N1, src=R1)
     v4 = IP(src="192.0.2.65", dst=N1_IP4)
@@ -530,7 +533,9 @@ def test_injected_frames_pass_fw_out_and_lying_headers_are_dropped():
         l2 / IPv6(src="fe80::1", dst="fe80::99") / TCP(dport=179),  # link-local: exempt
         l2 / IPv6(src="fe80::1", dst="ff02::5", nh=89) / Raw(b"\x03\x01" + b"\0" * 30),
     ]
-    denied = [l2 / v4 / TCP(dport=179, flags="S"), l2 / v6 / TCP(dport=179, flags="S")]
+    denied = [l2 / v4 / TCP(dport=179, flags="S"), l2 / v6 / TCP(dport=179, flags="S"),
+              l2 / IP(src="192.0.2.65", dst="240.0.0.1") / UDP(),  # not multicast: judged
+              l2 / v6 / ICMPv6EchoRequest()]
     good = bytes(l2 / v4 / TCP(dport=179))
     short_ihl = bytearray(good)
     short_ihl[14] = 0x4F  # IHL 60 in a 40-byte packet
@@ -542,22 +547,34 @@ def test_injected_frames_pass_fw_out_and_lying_headers_are_dropped():
     bad_ext = bytes(l2 / IPv6(src="2001:db8:1::1", dst="2001:db8:1::99", nh=0)
                     / Raw(b"\x06\xff"))  # a hop-by-hop header claiming 2048 bytes
     truncated = good[:14 + 12]  # not even an IPv4 header
-    malformed = [bytes(short_ihl), bytes(long_tot), bytes(long_plen), bad_ext, truncated]
+    ihl4 = bytearray(good)
+    ihl4[14] = 0x44  # IHL 16 bytes: less than a header
+    tot_short = bytearray(good)
+    tot_short[16:18] = (12).to_bytes(2, "big")  # total length below the header
+    v6_short = v6good[:14 + 30]
+    vlan = bytes(l2)[:12] + b"\x81\x00\x00\x05" + good[12:]  # a tag: no VLANs here
+    malformed = [bytes(short_ihl), bytes(long_tot), bytes(long_plen), bad_ext, truncated,
+                 bytes(ihl4), bytes(tot_short), v6_short, vlan]
     frames = [bytes(f) for f in passed + denied] + malformed
     for f in frames:
-        assert inject_frame(fwd.inject, 1, f)
+        assert inject_frame(fwd.inject, 1, f, linux=True)
+    # the control plane's own answers (a solicited NA to a global address) are not Linux's:
+    # they leave unfiltered, whatever fw-out says of ICMPv6 (rule 300)
+    na = bytes(l2 / IPv6(src="2001:db8:1::1", dst="2001:db8:1::99", hlim=255)
+               / ICMPv6ND_NA(tgt="2001:db8:1::1", S=1))
+    assert inject_frame(fwd.inject, 1, na)
     sent: list[tuple[int, bytes]] = []
     n, _ = fwd.forward(0, lambda p, f: sent.append((p, f)))
-    assert n == len(frames)
+    assert n == len(frames) + 1
     # as they were, nothing else (the exempt ones leave before the filtered ones)
-    assert sorted(sent) == sorted((1, bytes(f)) for f in passed)
+    assert sorted(sent) == sorted((1, bytes(f)) for f in [*passed, na])
     c = fwd.graph.state.counters
     assert c[C.C_FW_DENY] == len(denied)
     assert c[C.C_FW_INJECT_MALFORMED] == len(malformed)
     # the same frames without a firewall: all leave as they are (no fw-out, no parsing)
     plain = Forwarder(Router(base_config()).fib, [], 64)
     for f in frames:
-        assert inject_frame(plain.inject, 1, f)
+        assert inject_frame(plain.inject, 1, f, linux=True)
     out: list[tuple[int, bytes]] = []
     plain.forward(0, lambda p, f: out.append((p, f)))
     assert sorted(out) == sorted((1, f) for f in frames)

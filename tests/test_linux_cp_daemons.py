@@ -447,7 +447,7 @@ class TestBgpBirdInRt:
         try:
             t0 = time.monotonic()
             cp.lab.link_set(cp.rt, cp.port["b"], "down")
-            wait_until(lambda: carrier(False), 1.0, f"mirror {mirror} without carrier")
+            wait_until(lambda: carrier(False), 3.0, f"mirror {mirror} without carrier")
             t_carrier = time.monotonic() - t0
             for net in (B.net4, B.net6):
                 cp.wait_fib(net, present=False, timeout=LINK_DOWN_WITHIN, daemons=bgp)

@@ -11,13 +11,13 @@ to back for as long as a disturbance lasts) while the control plane is disturbed
 * a flood of 15,000 Neighbour Solicitations and 15,000 ARP requests from random sources
   and MACs, sent from h1 as fast as a packet socket can.
 
-Every echo request must be answered (no loss) and none later than 250 ms: a stall shows as
-the replies that waited for it, and the bound is generous for a busy 2-core machine (a
-30,000-frame flood on the same port, or another test on the other core, delays a reply by
-tens of ms); the point is "no stall", not speed. Each test prints p50/p99/max and how long
-the worker was out of its compiled loop at most (waiting for the GIL). A normal ctl command must
-still be answered promptly. The trickle and idle-client cases run again with
-``workers = 2``.
+Every echo request must be answered (no loss), none later than 250 ms and 95 % within
+50 ms: a stall shows as the replies that waited for it, and the bounds are generous for a
+busy 2-core machine (a 30,000-frame flood on the same port, or another test on the other
+core, delays a reply by tens of ms); the point is "no stall", not speed. Each test prints
+p50/p99/max and how long the worker was out of its compiled loop at most (waiting for the
+GIL). A normal ctl command must still be answered promptly. The trickle and idle-client
+cases run again with ``workers = 2``.
 
 One router start per configuration: a class-scoped fixture per config (a module-scoped
 one would keep all three routers, the 2 GB full-table one included, alive to the end of
@@ -63,6 +63,7 @@ PING_WAIT = 2  # ping -W: a reply later than this counts as lost
 # up to D ms late. The old router stalled for seconds (0/150 replies); this one's worst
 # reply is a few ms on a quiet machine, tens of ms when another test shares the two cores
 MAX_RTT_MS = 250.0
+MAX_P95_MS = 50.0  # and repeated shorter stalls show in the 95th percentile
 CTL_LIMIT_S = 2.0  # a normal ctl command beside the disturbance answers within this
 NEIGH_CTL_LIMIT_S = 5.0  # `show neighbors` after the flood ("within a few seconds")
 TRICKLE_EVERY_S = 1.5
@@ -139,7 +140,8 @@ class PingStats:
 
     @property
     def ok(self) -> bool:
-        return self.sent > 0 and self.lost == 0 and max(self.rtts) < MAX_RTT_MS
+        return (self.sent > 0 and self.lost == 0 and max(self.rtts) < MAX_RTT_MS
+                and self.p(95) < MAX_P95_MS)
 
     def describe(self) -> str:
         r = self.rtts

@@ -24,6 +24,7 @@ ring drops, counted.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import logging
 import os
@@ -97,15 +98,15 @@ def _sysctl(netns: str | None, key: str, value: str) -> None:
                    timeout=10)
 
 
-def port_carrier(name: str) -> bool | None:
-    """The port's carrier as the kernel reports it (an interface that is down has none:
-    False), or None when it cannot be read (no such interface)."""
+def port_carrier(name: str) -> bool:
+    """The port's carrier as the kernel reports it: an interface that is down has none,
+    and neither has one that is gone. (sysfs shows the namespace it was mounted in: the
+    router runs in its ports' namespace, as ``ip netns exec`` mounts it; ports.py reads
+    the port's flags there too.)"""
     try:
         with open(f"/sys/class/net/{name}/carrier") as f:
             return f.read().strip() == "1"
-    except FileNotFoundError:
-        return None
-    except OSError:  # EINVAL: the interface is administratively down
+    except OSError:  # EINVAL: administratively down; ENOENT: no such interface
         return False
 
 
@@ -214,15 +215,22 @@ class LinuxCp:
             return
         for m in self.mirrors.values():
             up = port_carrier(m.port_name)
-            if up is None or up == m.carrier or m.dead:
+            if up == m.carrier or m.dead or m.fd < 0:
                 continue
             try:
                 fcntl.ioctl(m.fd, TUNSETCARRIER, struct.pack("i", int(up)))
             except OSError as e:
-                self._carrier_ok = False
-                log.warning("mirror %s: cannot set its carrier (%s): mirrors keep theirs up "
-                            "whatever their ports' links do", m.name, e.strerror or e)
-                return
+                if e.errno in (errno.ENOTTY, errno.EINVAL):  # a kernel without it (< 4.16)
+                    self._carrier_ok = False
+                    log.warning("mirror %s: cannot set its carrier (%s): mirrors keep theirs "
+                                "up whatever their ports' links do", m.name, e.strerror or e)
+                    return
+                m.dead = f"gone: {e.strerror or e}"  # this mirror only (deleted under us)
+                log.error("mirror %s of %s: %s; no longer used (restart to recreate it)",
+                          m.name, m.port_name, m.dead)
+                if self._loop is not None:
+                    self._loop.remove_reader(m.fd)
+                continue
             if m.carrier is not None:
                 m.carrier_changes += 1
                 log.info("mirror %s: carrier %s (port %s)", m.name, "up" if up else "down",

@@ -119,7 +119,7 @@ WORKER_ROW = (
     ("sleeps", "worker_sleeps", "poll(2) calls in which the idle worker slept.", True),
     ("punted", "worker_punts", "Records the worker published on its punt ring.", True),
     ("entries", "worker_loop_entries", "Calls from Python into the compiled loop (swaps, "
-     "commands, housekeeping).", True),
+     "commands, firewall state growth).", True),
     ("outside_slow", "worker_slow_returns", "Returns to Python that kept the worker out of "
      "its loop for more than 10 ms (waiting for the GIL, serving calls).", True),
     ("punt_queue", "worker_punt_queue_records", "Records waiting in the punt ring now.",

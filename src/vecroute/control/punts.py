@@ -28,7 +28,7 @@ from vecroute.io.channel import (
     PH_RX,
     Ring,
 )
-from vecroute.packet.batch import F_IP6, F_REINJECTED
+from vecroute.packet.batch import F_INJ_L2, F_IP6, F_REINJECTED
 from vecroute.packet.headers import ICMP4_DEST_UNREACH, ICMP4_HOST_UNREACH, ICMP6_DEST_UNREACH
 
 
@@ -87,13 +87,17 @@ def decode_punts(worker: int, records: list) -> list[tuple]:
     return out
 
 
-def inject_frame(ring: Ring, port: int, frame: bytes, reserve: int = 0) -> bool:
+def inject_frame(ring: Ring, port: int, frame: bytes, reserve: int = 0,
+                 linux: bool = False) -> bool:
     """An Ethernet frame to send on ``port`` as it is (False: ring full, counted).
     ``reserve``: refuse it (uncounted: the caller counts) unless more than this many
-    records stay free, the room kept for the control plane's own ARP/ND answers."""
+    records stay free, the room kept for the control plane's own ARP/ND answers.
+    ``linux``: a frame Linux sent on a mirror (F_INJ_L2: it passes fw-out; the control
+    plane's own answers do not)."""
     if reserve and ring.capacity - len(ring) <= reserve:
         return False
-    return ring.push((INJ_FRAME, port, len(frame), 0, 0, 0, 0, 0, port), frame)
+    flags = F_INJ_L2 if linux else 0
+    return ring.push((INJ_FRAME, port, len(frame), 0, flags, 0, 0, 0, port), frame)
 
 
 def inject_packets(ring: Ring, packets: list[Pending], error: IcmpError | None) -> int:

@@ -724,7 +724,7 @@ class LiveRouter:
         w = self.workers[0]
         # a quarter of the ring stays for vecroute's own ARP/ND answers and the packets
         # that waited for a neighbour: Linux, however busy, cannot crowd them out
-        if not inject_frame(w.inject, port, frame, reserve=w.inject.capacity // 4):
+        if not inject_frame(w.inject, port, frame, reserve=w.inject.capacity // 4, linux=True):
             return False
         if not self._wake_pending:
             self._wake_pending = True

@@ -277,8 +277,8 @@ COUNTERS: tuple[Counter, ...] = (
             " unanswered state to evict: new flow dropped"),
     Counter("fw-inject-malformed", "fw-out", "drop",
             "a frame the control plane injected (linux-cp: Linux sent it on a mirror) whose"
-            " IPv4/IPv6 header does not hold together (version, lengths, extension headers):"
-            " dropped, the output firewall cannot judge it"),
+            " IPv4/IPv6 header does not hold together (version, lengths, extension headers),"
+            " or that carries a VLAN tag: dropped, the output firewall cannot judge it"),
     Counter("tcp-reset-sent", "tcp-reset", "event",
             "TCP RST sent for a `reset` rule or a closed port (counted when it leaves)"),
     Counter("fw-reset-suppressed", "tcp-reset", "event",

@@ -19,7 +19,7 @@ from vecroute.graph.arp_input import arp_input
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.ethernet_input import ethernet_input
 from vecroute.graph.fast_path import fused_forward
-from vecroute.graph.firewall import fw_node, fw_out_entry
+from vecroute.graph.firewall import fw_node
 from vecroute.graph.gso_segment import gso_segment
 from vecroute.graph.icmp_error import icmp4_error, icmp6_error
 from vecroute.graph.ip4_frag import ip4_frag
@@ -111,7 +111,7 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
     for i in range(n):  # usually ethernet-input; re-injected packets enter at a lookup
         first = meta[M_NEXT, i]
         if fw_out and first == N.INTERFACE_OUTPUT and meta[M_FLAGS, i] & F_INJ_L2:
-            first = fw_out_entry(buf, meta, i)  # a frame from Linux: fw-out first
+            first = N.FW_OUT  # a frame from Linux: fw-out first
         frames[first, frame_n[first]] = i
         frame_n[first] += 1
     if dp.opts[OPT_NO_FUSED] == 0 and trace[TR_LEFT] <= 0:  # the plain packets, fused
@@ -165,8 +165,8 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
                 icmp6_error(work, k, buf, meta, frames, frame_n, dp, now)
             elif node == N.TCP_RESET:
                 tcp_reset(work, k, buf, meta, frames, frame_n, dp, now)
-            elif node == N.FW_OUT:
-                fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, DIR_OUT)
+            elif node == N.FW_OUT:  # frames from Linux that it does not classify leave work
+                k = fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, DIR_OUT)
             elif node == N.IP4_REWRITE:
                 ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now)
             elif node == N.IP6_REWRITE:

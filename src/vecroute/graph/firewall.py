@@ -10,7 +10,7 @@ or to tcp-reset (``reset``). Neighbour discovery to link-local or multicast addr
 limited broadcasts go straight to ip4-local/ip6-local and are not filtered.
 
 Frames Linux sends on a linux-cp mirror (``F_INJ_L2``: whole frames, their Ethernet header
-built by Linux) pass fw-out too when it runs (:func:`fw_out_entry` finds their IP header,
+built by Linux) enter fw-out when it runs (:func:`fw_out_entry` finds their IP header,
 as ip4-input/ip6-input would): as the router's own packets (no receive interface), to the
 port they leave by; passed, they go to interface-output as they are. The same addresses
 are exempt as on input (multicast, link-local, broadcast: OSPF, ND), and ARP is not IP.
@@ -39,8 +39,6 @@ from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.ip6_input import walk_ext_headers
 from vecroute.graph.node_ids import (
-    ERROR_DROP,
-    FW_OUT,
     INTERFACE_OUTPUT,
     IP4_LOOKUP,
     IP4_REWRITE,
@@ -67,7 +65,7 @@ from vecroute.packet.batch import (
     M_PROTO,
     M_TX,
 )
-from vecroute.packet.headers import rd16
+from vecroute.packet.headers import rd16, rd32
 
 NODES = (
     NodeDecl(
@@ -86,31 +84,35 @@ NODES = (
 )
 
 
+# fw_out_entry's answers
+INJ_CLASSIFY = 0  # an IP packet to a unicast address: classified
+INJ_EXEMPT = 1  # ARP, multicast, link-local, broadcast: out as it is (fw-in skips those too)
+INJ_MALFORMED = 2  # an IP header that does not hold together, or a VLAN tag: dropped
+
+
 @njit(cache=True)
 def fw_out_entry(buf, meta, i) -> int:
-    """Where frame i from the control plane (F_INJ_L2) goes while fw-out runs: FW_OUT for
-    an IP packet to a unicast address (M_L3, M_PROTO, M_L4 and the fragment flags set, as
-    ip4-input / ip6-input set them), INTERFACE_OUTPUT for what fw-in does not see either
-    (ARP, multicast, link-local, broadcast), ERROR_DROP (M_ERR set) for an IP header that
-    does not hold together."""
+    """What fw-out does with frame i from the control plane (F_INJ_L2): INJ_CLASSIFY with
+    M_L3, M_PROTO, M_L4 and the fragment flags set as ip4-input / ip6-input set them,
+    INJ_EXEMPT, or INJ_MALFORMED (VLAN-tagged frames too: vecroute has no VLANs, and a tag
+    must not carry a packet past the filter). Reads nothing past the frame."""
     o = meta[M_OFF, i]
     end = o + meta[M_LEN, i]
     l3 = o + 14
     if end < l3:
-        return INTERFACE_OUTPUT
+        return INJ_EXEMPT
     et = rd16(buf, o + 12)
     flags = meta[M_FLAGS, i] | F_LOCAL_ORIGIN
     if et == 0x0800:
         if end - l3 < 20 or (buf[l3] >> 4) != 4:
-            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
-            return ERROR_DROP
+            return INJ_MALFORMED
         ihl = np.int64(buf[l3] & 15) * 4
         tot = np.int64(rd16(buf, l3 + 2))
         if ihl < 20 or tot < ihl or l3 + tot > end:
-            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
-            return ERROR_DROP
-        if buf[l3 + 16] >= 224:  # multicast, reserved, 255.255.255.255
-            return INTERFACE_OUTPUT
+            return INJ_MALFORMED
+        d0 = buf[l3 + 16]
+        if (d0 & 0xF0) == 0xE0 or rd32(buf, l3 + 16) == 0xFFFFFFFF:
+            return INJ_EXEMPT  # multicast (OSPF, 224.0.0.0/4), the limited broadcast
         fo = rd16(buf, l3 + 6)
         if fo & 0x3FFF:
             flags |= F_FRAG
@@ -120,27 +122,26 @@ def fw_out_entry(buf, meta, i) -> int:
         meta[M_L4, i] = l3 + ihl
     elif et == 0x86DD:
         if end - l3 < 40 or (buf[l3] >> 4) != 6:
-            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
-            return ERROR_DROP
+            return INJ_MALFORMED
         stop = l3 + 40 + np.int64(rd16(buf, l3 + 4))
         if stop > end:
-            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
-            return ERROR_DROP
+            return INJ_MALFORMED
         d0 = buf[l3 + 24]
         if d0 == 0xFF or (d0 == 0xFE and (buf[l3 + 25] & 0xC0) == 0x80):
-            return INTERFACE_OUTPUT  # multicast, link-local: ND, MLD, OSPFv3
+            return INJ_EXEMPT  # multicast, link-local: ND, MLD, OSPFv3
         proto, l4, fflags, ok = walk_ext_headers(buf, l3, stop)
         if not ok:
-            meta[M_ERR, i] = C.C_FW_INJECT_MALFORMED
-            return ERROR_DROP
+            return INJ_MALFORMED
         flags |= fflags | F_IP6
         meta[M_PROTO, i] = proto
         meta[M_L4, i] = l4
+    elif et == 0x8100 or et == 0x88A8 or et == 0x9100:
+        return INJ_MALFORMED
     else:
-        return INTERFACE_OUTPUT
+        return INJ_EXEMPT
     meta[M_L3, i] = l3
     meta[M_FLAGS, i] = flags
-    return FW_OUT
+    return INJ_CLASSIFY
 
 
 @njit(cache=True)
@@ -196,16 +197,35 @@ def fw_act(frames, frame_n, meta, i, v, aux, ip6) -> None:
 
 
 @njit(cache=True)
-def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, direction) -> None:
-    """Classify the vector (``direction`` DIR_IN at fw-in, DIR_OUT at fw-out) and act."""
+def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, direction) -> int:
+    """Classify the vector (``direction`` DIR_IN at fw-in, DIR_OUT at fw-out) and act;
+    returns how many packets were classified (work[:k] then holds them: frames from the
+    control plane that are exempt or malformed leave the vector first)."""
     if fw is None:  # compiled away when the graph has no firewall
-        return
+        return k
+    if direction != DIR_IN:
+        kept = 0
+        for j in range(k):
+            i = work[j]
+            if meta[M_FLAGS, i] & F_INJ_L2:
+                what = fw_out_entry(buf, meta, i)
+                if what == INJ_EXEMPT:
+                    enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)
+                    continue
+                if what == INJ_MALFORMED:
+                    drop(frames, frame_n, meta, i, C.C_FW_INJECT_MALFORMED)
+                    continue
+            work[kept] = i
+            kept += 1
+        k = kept
+        if k == 0:
+            return 0
     fw_classify(work, k, buf, meta, dp, fw, fwk, fwv, now, direction)
     for j in range(k):
         i = work[j]
         v = fwv[0, j]
         ip6 = (buf[meta[M_L3, i]] >> 4) == 6
-        if meta[M_FLAGS, i] & F_INJ_L2:  # a frame from Linux: out as it is, or dropped
+        if direction != DIR_IN and meta[M_FLAGS, i] & F_INJ_L2:  # from Linux: out, or dropped
             if v == V_PASS:
                 enqueue(frames, frame_n, meta, INTERFACE_OUTPUT, i)
             else:
@@ -218,3 +238,4 @@ def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, directio
         else:
             meta[M_FLAGS, i] |= F_FW_SKIP  # re-injected after neighbour resolution: once
             enqueue(frames, frame_n, meta, IP6_REWRITE if ip6 else IP4_REWRITE, i)
+    return k

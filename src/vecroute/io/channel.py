@@ -363,8 +363,8 @@ def ring_to_batch(ctl, hdr, data, buf, meta, ts, start, max_packets, tsv) -> int
         meta[M_OFF, slot] = o
         if kind == INJ_FRAME:
             meta[M_TX, slot] = h[IH_PORT]
-            meta[M_NEXT, slot] = INTERFACE_OUTPUT  # through fw-out first, if it runs
-            meta[M_FLAGS, slot] = F_INJ_L2
+            meta[M_NEXT, slot] = INTERFACE_OUTPUT  # Linux's (F_INJ_L2): fw-out first
+            meta[M_FLAGS, slot] = h[IH_FLAGS] & F_INJ_L2
         else:
             meta[M_L3, slot] = o
             meta[M_FIB, slot] = h[IH_FIB]

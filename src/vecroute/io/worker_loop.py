@@ -4,7 +4,8 @@ One call runs many batches: it empties the inject ring, walks every port's RX ri
 the batch, runs the graph, writes each port's TX ring (or sendmmsg), hands punts to the
 control plane through the punt ring and signals its eventfd. It returns to Python only
 when the control plane asks (``W_REQ``: a new table to swap in, a firewall command), when
-its time slice ends, when the firewall's state table must grow, or to stop; packets
+its time slice ends (``W_SLICE_NS``: off in the router, tests set one), when the
+firewall's state table must grow, or to stop; packets
 arriving meanwhile wait in the kernel's rings. The loop holds no Python object and
 releases the GIL (``nogil``), so the control plane runs beside it in the same process.
 
@@ -50,7 +51,7 @@ W_SEEN = 2  # the last W_REQ the worker answered
 W_POLICY = 3
 W_SPIN_NS = 4  # adaptive: spin this long after the last packet before sleeping
 W_POLL_MS = 5  # the longest sleep in poll(2)
-W_SLICE_NS = 6  # return to Python at least this often (housekeeping)
+W_SLICE_NS = 6  # idle: return to Python after this long in the loop (tests; off in the router)
 W_VECTOR = 7  # packets per batch (the batch's spare slots take GSO segments)
 W_FW_LIMIT = 8  # the firewall state table's largest capacity (0: no firewall)
 W_BATCHES = 9  # batches run
@@ -127,12 +128,14 @@ def forward_loop(
     last_busy = t_enter
     ctl[W_ENTRIES] += 1
     while True:
+        # stamped before the checks: a return's stamp is its moment, not the start of a
+        # sleep before it (the worker measures its time out of the loop from it)
+        now = clock_ns(tsbuf, CLOCK_MONOTONIC)
+        ctl[W_HEARTBEAT] = now
         if ctl[W_STOP] != 0:
             return RET_STOP
         if ctl[W_REQ] != ctl[W_SEEN]:
             return RET_REQUEST
-        now = clock_ns(tsbuf, CLOCK_MONOTONIC)
-        ctl[W_HEARTBEAT] = now
         n = ring_to_batch(inj_ctl, inj_hdr, inj_data, buf, meta, ts, 0, vector,
                           clock_ns(tsbuf, CLOCK_REALTIME))
         jumbo[R.J_USED] = 0  # the last batch has left: its jumbo slots are free
