@@ -10,6 +10,9 @@ follows the events into a real Fib; the script reports, side by side and repeate
   dump     a resync into a fresh Fib (the dump of the full table: start-up, reload)
   pyroute2 pyroute2's parser over the same dump bytes (routes/s), for the choice of the
            compiled parser
+  memory   this process's RSS growth from an empty FIB to the mirrored full table (the
+           kernel view, the FIB, its tries: what `vecroute run` holds for it)
+  show     the whole `ctl show routes` text of the mirrored table (routes_stream)
 
 Usage (root): python bench/netlink_sync.py [--runs 3] [--limit N]
 """
@@ -87,6 +90,8 @@ def main() -> None:
             pass
 
     rows = []
+    from vecroute.control.show import routes_stream
+
     for run in range(args.runs):
         with Lab("nb") as lab:
             ns, m0 = kernel_side(lab)
@@ -104,6 +109,7 @@ def main() -> None:
             while sync.state == "dumping":
                 sync.poll()
             base = len(sync._inst)
+            rss0 = rss_mb()
             stop = threading.Event()
             done_at: list[float] = []
 
@@ -126,6 +132,10 @@ def main() -> None:
             stop.set()
             t_events = (done_at[0] - t0) if done_at else float("nan")
             resyncs_events = sync.resyncs - 1
+            mem = rss_mb() - rss0
+            t2 = time.perf_counter()
+            text = sum(len(c) for c in routes_stream(target.fib))
+            t_show = time.perf_counter() - t2
             # the dump: a fresh Fib, as after a reload
             target.fib = Fib.from_config(parse_config(
                 {"interfaces": [{"name": "port0", "mac": "02:00:00:00:52:01"}]}))
@@ -142,6 +152,9 @@ def main() -> None:
             sync.close()
             batch.unlink()
         rows.append((t_kernel, t_events, t_dump, t_py, resyncs_events))
+        print(f"run {run + 1}: memory +{mem:,.0f} MB RSS for the mirrored table "
+              f"({mem * 2**20 / total:,.0f} B/route); show routes {t_show:.1f} s "
+              f"({text / 2**20:,.0f} MB of text)", flush=True)
         print(f"run {run + 1}: kernel {t_kernel:.2f} s ({total / t_kernel:,.0f}/s)  "
               f"events->FIB {t_events:.2f} s ({total / t_events:,.0f}/s, "
               f"{resyncs_events} resyncs)  dump->FIB {t_dump:.2f} s ({total / t_dump:,.0f}/s)  "
@@ -151,6 +164,14 @@ def main() -> None:
             rates = [total / r[k] for r in rows]
             print(f"{name:7s} median {statistics.median(rates):,.0f} routes/s "
                   f"(min {min(rates):,.0f}, max {max(rates):,.0f})")
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def pyroute2_rate(ns: str, n: int) -> float:
