@@ -1,0 +1,141 @@
+"""linux-cp punt + inject latency, idle and under full forwarding load.
+
+    sudo python -m bench.punt_latency [--repeat 3] [--probes 200] [--json]
+
+What a BGP keepalive or an OSPF hello goes through: h1 sends a UDP datagram to the
+router's address (198.51.100.1, port 7777), vecroute punts it to its mirror (linux-cp),
+a UDP echo server in Linux on the mirror answers, and the answer comes back through the
+mirror, worker 0's inject ring and the port. Probes every 20 ms (a reply later than 1 s
+counts as lost); per phase: p50 / p99 / max RTT and losses. The *loaded* phase runs
+``vecroute gen`` on h1 at full rate (64-byte UDP, 256 flows, to h2 through vecroute)
+beside the probes, and reports the rate vecroute forwarded meanwhile (port 1's
+tx_packets). Phases alternate idle, loaded, idle, ... (``--repeat`` pairs). The kernel's
+own ping of the router port (answered by vecroute itself, no punt) is the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PORT = 7777
+ECHO = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "s.bind((sys.argv[1], int(sys.argv[2])))\n"
+    "print('ready', flush=True)\n"
+    "while True:\n"
+    "    d, a = s.recvfrom(2048)\n"
+    "    s.sendto(d, a)\n"
+)
+PROBE = (
+    "import json, socket, struct, sys, time\n"
+    "dst, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "s.settimeout(1.0)\n"
+    "rtts = []\n"
+    "for k in range(n):\n"
+    "    t0 = time.perf_counter()\n"
+    "    s.sendto(struct.pack('!I', k), (dst, port))\n"
+    "    while True:\n"
+    "        try:\n"
+    "            d = s.recv(64)\n"
+    "        except TimeoutError:\n"
+    "            rtts.append(None)\n"
+    "            break\n"
+    "        if struct.unpack('!I', d[:4])[0] == k:\n"
+    "            rtts.append((time.perf_counter() - t0) * 1e3)\n"
+    "            break\n"
+    "    time.sleep(max(0.0, 0.02 - (time.perf_counter() - t0)))\n"
+    "print(json.dumps(rtts))\n"
+)
+
+
+def summary(rtts: list[float | None]) -> dict:
+    got = sorted(x for x in rtts if x is not None)
+    if not got:
+        return {"n": len(rtts), "lost": len(rtts)}
+
+    def pct(q: float) -> float:
+        return got[min(len(got) - 1, max(0, -(-len(got) * q // 100) - 1))]
+
+    return {"n": len(rtts), "lost": len(rtts) - len(got), "p50_ms": round(pct(50), 3),
+            "p99_ms": round(pct(99), 3), "max_ms": round(got[-1], 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--probes", type=int, default=200)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    from vecroute.io.netns import Lab
+    from vecroute.lab import H1_V4, H2_V4, RT0_V4, build, start_router
+
+    rows: dict[str, list[dict]] = {"idle": [], "loaded": []}
+    with Lab("pl") as lab, tempfile.TemporaryDirectory() as d:
+        t = build(lab, Path(d), host_ifs=("plm0", "plm1"), extra_config="[linux_cp]\n")
+        start_router(t)
+        echo = lab.popen(t.rt, [sys.executable, "-c", ECHO, RT0_V4, str(PORT)],
+                         stdout=subprocess.PIPE, text=True)
+        assert echo.stdout.readline().strip() == "ready"
+        port_mac = t.ctl("show", "interfaces")["data"][0]["mac"]
+        subprocess.run(["ip", "netns", "exec", t.h1, "ping", "-c", "2", "-W", "2", RT0_V4],
+                       capture_output=True, timeout=30)  # neighbours resolved
+        try:
+            for _ in range(args.repeat):
+                for phase in ("idle", "loaded"):
+                    gen = None
+                    tx0 = t.ctl("show", "interfaces")["data"][1]["tx_packets"]
+                    t0 = time.monotonic()
+                    if phase == "loaded":
+                        secs = args.probes * 0.02 + 3
+                        gen = lab.popen(t.h1, [sys.executable, "-m", "vecroute.cli", "gen",
+                                               t.h1_if, "--dst", H2_V4, "--src", H1_V4,
+                                               "--dst-mac", port_mac, "--rate", "0",
+                                               "--flows", "256", "--duration", str(secs)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        time.sleep(1.0)  # the generator at full rate first
+                        tx0 = t.ctl("show", "interfaces")["data"][1]["tx_packets"]
+                        t0 = time.monotonic()
+                    out = lab.run(t.h1, [sys.executable, "-c", PROBE, RT0_V4, str(PORT),
+                                         str(args.probes)], timeout=args.probes * 2 + 60)
+                    tx1 = t.ctl("show", "interfaces")["data"][1]["tx_packets"]
+                    rate = (tx1 - tx0) / (time.monotonic() - t0)
+                    if gen is not None:
+                        gen.wait(timeout=60)
+                    row = summary(json.loads(out.strip().splitlines()[-1]))
+                    row["forwarded_pps"] = round(rate)
+                    rows[phase].append(row)
+                    print(f"{phase:6s} {row}", file=sys.stderr, flush=True)
+        finally:
+            echo.kill()
+    result = {}
+    for phase, rs in rows.items():
+        got = [r for r in rs if "p50_ms" in r]
+        result[phase] = {
+            "runs": rs,
+            "p50_ms_median": statistics.median(r["p50_ms"] for r in got) if got else None,
+            "p99_ms_max": max(r["p99_ms"] for r in got) if got else None,
+            "max_ms": max(r["max_ms"] for r in got) if got else None,
+            "lost": sum(r["lost"] for r in rs),
+            "probes": sum(r["n"] for r in rs),
+            "forwarded_pps_median": statistics.median(r["forwarded_pps"] for r in rs),
+        }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for phase, r in result.items():
+            print(f"{phase:6s} punt+inject RTT p50 {r['p50_ms_median']} ms, p99 (worst run) "
+                  f"{r['p99_ms_max']} ms, max {r['max_ms']} ms, lost {r['lost']}/{r['probes']};"
+                  f" vecroute forwarded {r['forwarded_pps_median']:,} pps meanwhile")
+
+
+if __name__ == "__main__":
+    main()
