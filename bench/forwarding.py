@@ -539,8 +539,8 @@ class VectorPath:
 
 
 def same_forwarding(ours: list[tuple[int, bytes]], ref: list[tuple[int, bytes]]) -> bool:
-    """The same frames on the same ports as the reference forwarder, and each flow's (the
-    frame's bytes after the MACs up to the ports) in the same order: the fused pass sends
+    """The same frames on the same ports as the reference forwarder, and each flow's (its
+    addresses and ports) in the same order: the fused pass sends
     plain packets before the others of a batch, which reorders across flows only. Frames
     that are not IP (ARP requests for next hops still unresolved) are the router's own."""
     ip = [x for x in ours if x[1][12:14] in (b"\x08\x00", b"\x86\xdd")]

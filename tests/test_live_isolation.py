@@ -149,7 +149,8 @@ class PingStats:
         return (
             f"{len(r)}/{self.sent} replies ({self.lost} lost) in {len(self.runs)} run(s) of "
             f"{sum(x.seconds for x in self.runs):.1f} s; RTT p50 {self.p(50):.2f} ms, "
-            f"p99 {self.p(99):.2f} ms, max {max(r) if r else float('inf'):.2f} ms; "
+            f"p95 {self.p(95):.2f} ms, p99 {self.p(99):.2f} ms, "
+            f"max {max(r) if r else float('inf'):.2f} ms; "
             f"slowest [{slow}] ms"
         )
 

@@ -70,6 +70,7 @@ class Mirror:
     dead: str = ""  # why the mirror is gone (deleted under us): nothing more is read
     carrier: bool | None = None  # what the mirror's carrier was last set to
     carrier_changes: int = 0
+    carrier_error: str = ""  # TUNSETCARRIER failed on this mirror: it keeps its carrier
     bucket: list = field(default_factory=lambda: [0.0, 0.0])  # inject tokens, last refill
 
     def row(self) -> dict:
@@ -100,9 +101,9 @@ def _sysctl(netns: str | None, key: str, value: str) -> None:
 
 def port_carrier(name: str) -> bool:
     """The port's carrier as the kernel reports it: an interface that is down has none,
-    and neither has one that is gone. (sysfs shows the namespace it was mounted in: the
-    router runs in its ports' namespace, as ``ip netns exec`` mounts it; ports.py reads
-    the port's flags there too.)"""
+    and neither has one that is gone. sysfs shows the namespace it was mounted in (``ip
+    netns exec`` mounts the right one; ports.py reads the ports' flags there too):
+    :meth:`LinuxCp.start` checks the ports are there before following them."""
     try:
         with open(f"/sys/class/net/{name}/carrier") as f:
             return f.read().strip() == "1"
@@ -201,6 +202,13 @@ class LinuxCp:
         """Read the mirrors on ``loop``; ``send(port, frame)`` queues a frame for a port
         (False when the ring refused it)."""
         self._loop = loop
+        missing = [m.port_name for m in self.mirrors.values()
+                   if not os.path.exists(f"/sys/class/net/{m.port_name}")]
+        if missing:  # a sysfs of another namespace: following it would hold mirrors down
+            self._carrier_ok = False
+            log.warning("ports %s not in /sys/class/net (sysfs of another network "
+                        "namespace?): mirrors keep their carrier up whatever the ports' "
+                        "links do", ", ".join(missing))
         self.follow_carrier()
         for m in self.mirrors.values():
             m.bucket[:] = [float(self.inject_burst), time.monotonic()]
@@ -215,7 +223,7 @@ class LinuxCp:
             return
         for m in self.mirrors.values():
             up = port_carrier(m.port_name)
-            if up == m.carrier or m.dead or m.fd < 0:
+            if up == m.carrier or m.dead or m.fd < 0 or m.carrier_error:
                 continue
             try:
                 fcntl.ioctl(m.fd, TUNSETCARRIER, struct.pack("i", int(up)))
@@ -225,11 +233,16 @@ class LinuxCp:
                     log.warning("mirror %s: cannot set its carrier (%s): mirrors keep theirs "
                                 "up whatever their ports' links do", m.name, e.strerror or e)
                     return
-                m.dead = f"gone: {e.strerror or e}"  # this mirror only (deleted under us)
-                log.error("mirror %s of %s: %s; no longer used (restart to recreate it)",
-                          m.name, m.port_name, m.dead)
-                if self._loop is not None:
-                    self._loop.remove_reader(m.fd)
+                if e.errno in (errno.EBADFD, errno.ENODEV):  # deleted under us
+                    m.dead = f"gone: {e.strerror or e}"
+                    log.error("mirror %s of %s: %s; no longer used (restart to recreate it)",
+                              m.name, m.port_name, m.dead)
+                    if self._loop is not None:
+                        self._loop.remove_reader(m.fd)
+                else:  # this mirror keeps its carrier; it still carries frames
+                    m.carrier_error = e.strerror or str(e)
+                    log.warning("mirror %s: cannot set its carrier (%s); it stays as it is",
+                                m.name, m.carrier_error)
                 continue
             if m.carrier is not None:
                 m.carrier_changes += 1
