@@ -404,6 +404,9 @@ class TestBgpBirdInRt:
         assert min(d.values()) >= total // 10, d
 
     def test_withdrawn_route_stops_forwarding_within_a_second(self, cp, bgp):
+        # the ECMP test announced B's network from C too; under xdist this test may run
+        # without it (another worker), so it makes sure of its own start (idempotent)
+        bgp["c"].announce(B.net4)
         both = {(B.peer_v4, cp.port["b"]), (C.peer_v4, cp.port["c"])}
         cp.wait_fib(B.net4, both, daemons=bgp)
         # B withdraws: its path leaves, C's stays
