@@ -9,7 +9,10 @@ mirror, worker 0's inject ring and the port. Probes every 20 ms (a reply later t
 counts as lost); per phase: p50 / p99 / max RTT and losses. The *loaded* phase runs
 ``vecroute gen`` on h1 at full rate (64-byte UDP, 256 flows, to h2 through vecroute)
 beside the probes, and reports the rate vecroute forwarded meanwhile (port 1's
-tx_packets). Phases alternate idle, loaded, idle, ... (``--repeat`` pairs).
+tx_packets), what h1 offered (its veth's tx_packets) and what vecroute received (port 0's
+rx_packets: the rest the kernel dropped, its RX ring full), and the punt counters. Phases
+alternate idle, loaded, idle, ... (``--repeat`` pairs). ``--rate`` loads with that many
+frames/s instead of as many as the generator can send.
 """
 
 from __future__ import annotations
@@ -71,10 +74,29 @@ def summary(rtts: list[float | None]) -> dict:
             "p99_ms": round(pct(99), 3), "max_ms": round(got[-1], 3)}
 
 
+PUNT_COUNTERS = ("host-punt", "punt-policed", "punt-queue-full", "inject-queue-full")
+
+
+def counts(t, lab) -> dict[str, int]:
+    """h1's frames sent, vecroute's port-0 frames received, the punt path's counters."""
+    from vecroute.io.netns import run_in
+
+    out = {"offered": int(run_in(t.h1, ["cat", f"/sys/class/net/{t.h1_if}/statistics/tx_packets"])),
+           "received": t.ctl("show", "interfaces")["data"][0]["rx_packets"]}
+    errs = {x["counter"]: x["count"] for x in t.ctl("show", "errors")["data"]}
+    lcp = t.ctl("show", "linux-cp")["data"]["pairs"][0]
+    out.update({c: errs.get(c, 0) for c in PUNT_COUNTERS})
+    out.update({c: n for c, n in errs.items() if c not in out})  # anything else that moved
+    out.update({f"mirror_{k}": lcp[k] for k in ("punted", "punt_drops", "injected",
+                                                 "inject_drops", "inject_policed")})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--probes", type=int, default=200)
+    ap.add_argument("--rate", type=float, default=0.0, help="generator frames/s (0: all)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from vecroute.io.netns import Lab
@@ -99,7 +121,7 @@ def main() -> None:
                     if phase == "loaded":  # ended below, once the probes are done
                         gen = lab.popen(t.h1, [sys.executable, "-m", "vecroute.cli", "gen",
                                                t.h1_if, "--dst", H2_V4, "--src", H1_V4,
-                                               "--dst-mac", port_mac, "--rate", "0",
+                                               "--dst-mac", port_mac, "--rate", str(args.rate),
                                                "--flows", "256", "--duration", "3600"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                         rx0 = t.ctl("show", "interfaces")["data"][0]["rx_packets"]
@@ -109,15 +131,22 @@ def main() -> None:
                             time.sleep(0.2)  # the generator started (numba cache, ring)
                         tx0 = t.ctl("show", "interfaces")["data"][1]["tx_packets"]
                         t0 = time.monotonic()
+                    before = counts(t, lab)
                     out = lab.run(t.h1, [sys.executable, "-c", PROBE, RT0_V4, str(PORT),
                                          str(args.probes)], timeout=args.probes * 2 + 60)
                     tx1 = t.ctl("show", "interfaces")["data"][1]["tx_packets"]
-                    rate = (tx1 - tx0) / (time.monotonic() - t0)
+                    secs = time.monotonic() - t0
+                    rate = (tx1 - tx0) / secs
+                    after = counts(t, lab)
+                    delta = {k: after[k] - before.get(k, 0) for k in after}
                     if gen is not None:
                         gen.terminate()
                         gen.wait(timeout=30)
                     row = summary(json.loads(out.strip().splitlines()[-1]))
                     row["forwarded_pps"] = round(rate)
+                    row["offered_pps"] = round(delta.pop("offered") / secs)
+                    row["received_pps"] = round(delta.pop("received") / secs)
+                    row["counters"] = {k: v for k, v in delta.items() if v}
                     rows[phase].append(row)
                     print(f"{phase:6s} {row}", file=sys.stderr, flush=True)
         finally:
