@@ -74,19 +74,16 @@ def summary(rtts: list[float | None]) -> dict:
             "p99_ms": round(pct(99), 3), "max_ms": round(got[-1], 3)}
 
 
-PUNT_COUNTERS = ("host-punt", "punt-policed", "punt-queue-full", "inject-queue-full")
-
-
 def counts(t, lab) -> dict[str, int]:
-    """h1's frames sent, vecroute's port-0 frames received, the punt path's counters."""
+    """h1's frames sent, vecroute's port-0 frames received, the router's counters (the
+    punt path's: host-punt, punt-policed, punt-queue-full, ...) and its mirror's."""
     from vecroute.io.netns import run_in
 
     out = {"offered": int(run_in(t.h1, ["cat", f"/sys/class/net/{t.h1_if}/statistics/tx_packets"])),
            "received": t.ctl("show", "interfaces")["data"][0]["rx_packets"]}
     errs = {x["counter"]: x["count"] for x in t.ctl("show", "errors")["data"]}
     lcp = t.ctl("show", "linux-cp")["data"]["pairs"][0]
-    out.update({c: errs.get(c, 0) for c in PUNT_COUNTERS})
-    out.update({c: n for c, n in errs.items() if c not in out})  # anything else that moved
+    out.update(errs)
     out.update({f"mirror_{k}": lcp[k] for k in ("punted", "punt_drops", "injected",
                                                  "inject_drops", "inject_policed")})
     return out

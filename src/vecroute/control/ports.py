@@ -276,11 +276,10 @@ class Ports:
         flags = _read(f"/sys/class/net/{name}/flags")
         up = flags is not None and int(flags, 16) & IFF_UP != 0
         rec["was_up"] = up if old is None or not up else bool(old.get("was_up", True))
-        qdiscs = _tc_json("qdisc", "show", "dev", name)
-        has_clsact = qdiscs is not None and any(q.get("kind") == "clsact" for q in qdiscs)
-        rec["clsact"] = qdiscs is not None and (
-            not has_clsact or (old is not None and bool(old.get("clsact"))))
-        rec["filter"] = qdiscs is not None
+        has_clsact = _has_clsact(name)  # None: tc cannot tell (missing?)
+        tc = has_clsact is not None
+        rec["clsact"] = tc and (not has_clsact or (old is not None and bool(old.get("clsact"))))
+        rec["filter"] = tc
         v6 = _global_ipv6(name) if rec["sysctls"].get("ipv6/disable_ipv6", ["1"])[0] == "0" else []
         # recorded first: a process killed from here on leaves what the next start needs
         p.record = rec
@@ -296,7 +295,7 @@ class Ports:
                 _write_sysctl(family, name, key, value)
         if not up:
             _run(["ip", "link", "set", "dev", name, "up"])
-        if qdiscs is None:
+        if not tc:
             log.warning("%s: no tc ingress drop (tc missing?); the kernel will also look at "
                         "every frame received there", name)
             return

@@ -87,14 +87,14 @@ def decode_punts(worker: int, records: list) -> list[tuple]:
     return out
 
 
-def inject_frame(ring: Ring, port: int, frame: bytes, reserve: int = 0,
-                 linux: bool = False) -> bool:
+def inject_frame(ring: Ring, port: int, frame: bytes, linux: bool = False) -> bool:
     """An Ethernet frame to send on ``port`` as it is (False: ring full, counted).
-    ``reserve``: refuse it (uncounted: the caller counts) unless more than this many
-    records stay free, the room kept for the control plane's own ARP/ND answers.
-    ``linux``: a frame Linux sent on a mirror (F_INJ_L2: it passes fw-out; the control
-    plane's own answers do not)."""
-    if reserve and ring.capacity - len(ring) <= reserve:
+    ``linux``: a frame Linux sent on a mirror (linux-cp). It passes fw-out (F_INJ_L2; the
+    control plane's own ARP/ND answers do not), and it is refused, uncounted (the caller
+    counts), unless more than a quarter of the ring stays free: that room is kept for the
+    control plane's answers and the packets that waited for a neighbour, so Linux,
+    however busy, cannot crowd them out."""
+    if linux and ring.capacity - len(ring) <= ring.capacity // 4:
         return False
     flags = F_INJ_L2 if linux else 0
     return ring.push((INJ_FRAME, port, len(frame), 0, flags, 0, 0, 0, port), frame)

@@ -722,9 +722,7 @@ class LiveRouter:
         """A frame Linux sent on a mirror: out by the paired port, as it is (worker 0;
         woken once per event-loop turn)."""
         w = self.workers[0]
-        # a quarter of the ring stays for vecroute's own ARP/ND answers and the packets
-        # that waited for a neighbour: Linux, however busy, cannot crowd them out
-        if not inject_frame(w.inject, port, frame, reserve=w.inject.capacity // 4, linux=True):
+        if not inject_frame(w.inject, port, frame, linux=True):  # a quarter kept for ours
             return False
         if not self._wake_pending:
             self._wake_pending = True
