@@ -45,6 +45,8 @@ class RouterControl(Protocol):
 
     def worker_rows(self) -> list[dict]: ...  # the data-plane workers' loop counters
 
+    def socket_rows(self) -> list[dict]: ...  # every worker's data and control rings
+
     def neighbor_stats(self) -> list[dict]: ...  # [{"stat": name, "count": n}]
 
     def add_neighbor(self, ip, mac: bytes, ifname: str) -> None: ...
@@ -216,6 +218,9 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
     if what == "workers":
         rows = r.worker_rows()
         return Reply(rows, _render("Workers", rows))
+    if what in ("sockets", "rings"):
+        rows = r.socket_rows()
+        return Reply(rows, _render("Packet sockets", rows))
     if what == "runtime":
         rows = runtime_view(r.stats())
         return Reply(rows, _render("Runtime", rows, RUNTIME_COLUMNS))
@@ -226,7 +231,7 @@ def _show(r: RouterControl, argv: list[str]) -> Reply:
         )
     raise CommandError(
         f"show {_shown(what)}: expected interfaces | routes | neighbors | runtime | errors"
-        " | workers | trace | pcap | linux-cp"
+        " | workers | sockets | trace | pcap | linux-cp"
     )
 
 

@@ -171,6 +171,7 @@ class RouterConfig:
     tx: str = "auto"  # auto | ring | sendmmsg
     poll: str = "adaptive"  # adaptive | interrupt | busy (how an idle worker waits)
     spin_us: int = 200  # adaptive: how long a worker stays awake after the last packet
+    control_ring: bool = True  # frames for the router get their own RX ring per port
 
 
 @dataclass
@@ -472,7 +473,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     router = RouterConfig()
     if "router" in data:
         r = _Reader(
-            path, "router", data["router"], {"workers", "vector_size", "tx", "poll", "spin_us"}
+            path, "router", data["router"],
+            {"workers", "vector_size", "tx", "poll", "spin_us", "control_ring"},
         )
         tx = r.get("tx", str, "auto")
         if tx not in ("auto", "ring", "sendmmsg"):
@@ -482,7 +484,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
             raise r.err("poll", f"{poll!r}: expected adaptive, interrupt or busy")
         router = RouterConfig(
             r.int_range("workers", 1, 1, 64), r.int_range("vector_size", 256, 1, 4096), tx,
-            poll, r.int_range("spin_us", 200, 0, 1_000_000),
+            poll, r.int_range("spin_us", 200, 0, 1_000_000), r.get("control_ring", bool, True),
         )
     control = ControlConfig()
     if "control" in data:

@@ -46,6 +46,7 @@ from vecroute.graph.state import (
     NS_CLOCKS,
     NS_PACKETS,
 )
+from vecroute.io.af_packet_ring import S_RX_KERNEL_DROPS, S_RX_PACKETS
 from vecroute.io.channel import R_DROPS
 
 P = "vecroute_"
@@ -182,6 +183,29 @@ class RouterCollector(Collector):
         yield from self._neighbors(r.neigh)
         yield from self._firewall(workers)
         yield from self._workers(workers, per, names)
+        yield from self._sockets(workers)
+
+    def _sockets(self, workers: list) -> Iterator:
+        """The kernel's side of the ports: what each ring took and what the kernel dropped
+        because it was full (a data ring dropping while its control ring does not is an
+        overload the router's own traffic survives)."""
+        rx = _counter("socket_rx_packets", "Frames a packet socket's RX ring handed over, "
+                      "per worker, interface and ring (data; control: frames for the router).",
+                      ["worker", "interface", "ring"])
+        drops = _counter("socket_rx_kernel_drops", "Frames the kernel dropped because the "
+                         "RX ring was full (PACKET_STATISTICS tp_drops).",
+                         ["worker", "interface", "ring"])
+        for w in workers:
+            for sock in getattr(w, "socks", ()):
+                for ring, one in (("data", sock), ("control", sock.control)):
+                    if one is None:
+                        continue
+                    st = one.stats
+                    labels = [str(w.index), sock.ifname, ring]
+                    rx.add_metric(labels, int(st[S_RX_PACKETS]))
+                    drops.add_metric(labels, int(st[S_RX_KERNEL_DROPS]))
+        yield rx
+        yield drops
 
     def _info(self, r: MetricsSource) -> Iterator:
         info = InfoMetricFamily(P + "build", "vecroute's version.")

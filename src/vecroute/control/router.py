@@ -55,6 +55,7 @@ from vecroute.graph.dataplane import build_dataplane
 from vecroute.graph.state import TB_RST, DataPlaneState
 from vecroute.io.capture import CP_LEFT, CP_LOST, CP_MODE
 from vecroute.io.channel import R_DROPS
+from vecroute.io.control_filter import control_addresses, split_programs
 from vecroute.io.worker import DataPlaneWorker
 
 log = logging.getLogger("vecroute.router")
@@ -67,6 +68,9 @@ FREEZE_ROUTES = 100_000  # a reloaded table this big is frozen out of collection
 WORKER_CALL_LONGEST = 60.0  # a call it has started (a 10K-rule compile: ~1 s) finishes
 WORKER_STOP_TIMEOUT = 5.0  # all workers together; one leaves its loop within ~100 ms
 CLIENTS_CLOSE_TIMEOUT = 2.0  # control connections being torn down at exit
+#: what ``show sockets`` reports of each ring (io/af_packet_ring.py STATS)
+SOCKET_COLUMNS = ("rx_packets", "rx_kernel_drops", "rx_copied", "rx_truncated", "tx_packets",
+                  "tx_ring_full", "tx_errors", "link_errors")
 
 
 class StartupError(RuntimeError):
@@ -233,11 +237,15 @@ class LiveRouter:
         self._published: tuple | None = None
         tables = self._tables()
         group = (os.getpid() * 16) & 0xFFFF
+        self._steered: tuple | None = None  # the router addresses the filters steer
+        self.steer_note = ""  # why the filters steer fewer addresses than the router has
         for k in range(self.n_workers):
             # sockets are opened worker after worker: every port's fanout group then
             # lists the workers in the same order, so the symmetric fanout hash sends
             # both directions of a flow to the same worker (its firewall has the state)
             socks = self._open_sockets(group if self.n_workers > 1 else None)
+            if cfg.router.control_ring:
+                self._split(socks, control=k == 0)
             self.workers.append(DataPlaneWorker(
                 k, socks, tables.with_runtime(None), cfg.router.vector_size, firewalls[k],
                 policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
@@ -276,6 +284,68 @@ class LiveRouter:
             )
             for ifx, itf in enumerate(self.cfg.interfaces)
         ]
+
+    def _programs(self, fib: Fib) -> tuple[tuple, list, list]:
+        """The router's addresses and the (control, data) filters that steer them."""
+        addrs = control_addresses(fib.interfaces)
+        try:
+            return addrs, *split_programs(*addrs)
+        except ValueError as e:  # too many addresses for one program: the static classes
+            if self.steer_note != str(e):
+                log.warning("control rings: %s; only ARP, ND, multicast and link-local "
+                            "traffic is steered to them", e)
+            self.steer_note = str(e)
+            return addrs, *split_programs([], [])
+
+    def _split(self, socks: list, control: bool) -> None:
+        """Worker 0 gets a control ring on every port (io/control_filter.py); every
+        worker's data rings leave the frames for the router to it."""
+        addrs, ctl, data = self._programs(self.fib)
+        self._steered = addrs
+        for s in socks:
+            if control:
+                s.open_control(ctl)
+            s.set_filter(data)
+
+    def _steer(self) -> None:
+        """Follow the router's addresses (config, learnt from Linux, reloads): replace the
+        filters when they changed. Control first with old and new together, then data,
+        then control alone: a frame to an address on its way in or out may be seen twice
+        for a moment, never by neither ring."""
+        if self._steered is None:
+            return
+        addrs, ctl, data = self._programs(self.fib)
+        if addrs == self._steered:
+            return
+        old4, old6 = self._steered
+        both = (sorted(set(old4) | set(addrs[0])), sorted(set(old6) | set(addrs[1])))
+        try:
+            wide = split_programs(*both)[0]
+        except ValueError:
+            wide = split_programs([], [])[0]
+        controls = [s.control for w in self.workers for s in w.socks if s.control is not None]
+        for c in controls:
+            c.set_filter(wide)
+        for w in self.workers:
+            for s in w.socks:
+                s.set_filter(data)
+        for c in controls:
+            c.set_filter(ctl)
+        self._steered = addrs
+        log.info("control rings steer %d router addresses", len(addrs[0]) + len(addrs[1]))
+
+    def socket_rows(self) -> list[dict]:
+        """Each worker's packet sockets, data and control rings (``ctl show sockets``)."""
+        rows = []
+        for w in self.workers:
+            for s in w.socks:
+                for ring, sock in (("data", s), ("control", s.control)):
+                    if sock is None:
+                        continue
+                    st = sock.stats_dict()
+                    rows.append({"worker": w.index, "interface": s.ifname, "ring": ring,
+                                 **{k: st[k] for k in SOCKET_COLUMNS}})
+        return rows
 
     @property
     def firewall(self) -> Firewall | None:
@@ -333,6 +403,7 @@ class LiveRouter:
 
     def _publish(self) -> None:
         self._commit_pending = False
+        self._steer()
         tables = self._tables()
         for w in self.workers:
             w.swap(tables).add_done_callback(_log_failure)
@@ -640,6 +711,7 @@ class LiveRouter:
         self.neigh.adopt(fib, cfg.neighbors, time.monotonic_ns(), cfg.neighbor_table)
         self.cfg, self.fib = cfg, fib
         self._commit_pending = False
+        self._steer()
         tables = self._tables()
         limits = ((0, cfg.icmp.rate, cfg.icmp.burst),
                   (TB_RST, cfg.icmp.tcp_reset_rate, cfg.icmp.tcp_reset_burst))

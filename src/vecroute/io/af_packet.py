@@ -60,6 +60,7 @@ from types import TracebackType
 import numpy as np
 
 from vecroute.io import af_packet_ring as ring
+from vecroute.io import control_filter
 from vecroute.io.af_packet_ring import N_STATS, STAT_INDEX, STATS, TX_BLOCK
 
 __all__ = ["InterfaceError", "PacketSocket", "STATS", "STAT_INDEX"]
@@ -99,6 +100,9 @@ RX_COPY_MEMORY = 16 << 20
 #: V2: the copy buffer, the largest packet taken whole (GSO super-packets are <= 64 KiB
 #: unless BIG TCP raised gso_max_size)
 RX_COPY_MAX = 1 << 18
+#: a control ring's blocks (x 256 KiB: 960 V2 frames, 2 MiB a port; a flood of traffic
+#: to the router fills it, not the data ring)
+CONTROL_RX_BLOCKS = 8
 
 _PAGE = mmap.PAGESIZE
 
@@ -142,6 +146,7 @@ class PacketSocket:
         rx_version: int = 2,
         rx_frame_size: int = RX_FRAME_SIZE,
         rx_copy_memory: int = RX_COPY_MEMORY,
+        bpf: list | None = None,
     ) -> None:
         _check(rx_blocks >= 1, f"rx_blocks must be >= 1, not {rx_blocks}")
         _check(
@@ -174,6 +179,9 @@ class PacketSocket:
         self._tx_sock: socket.socket | None = None
         self._rx_map: mmap.mmap | None = None
         self._tx_map: mmap.mmap | None = None
+        self._bpf = bpf
+        #: the port's control ring (:meth:`open_control`), None without one
+        self.control: PacketSocket | None = None
         try:
             self.ifindex = socket.if_nametoindex(ifname)
         except OSError:
@@ -276,6 +284,8 @@ class PacketSocket:
         s = self._rx_sock
         assert s is not None
         self._opt(s, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING")
+        if self._bpf is not None:  # before bind: no frame reaches the socket unfiltered
+            control_filter.attach(s, self._bpf)
         self._bind(s, ETH_P_ALL)
         if fanout is not None:
             self._opt(s, PACKET_FANOUT, fanout | (FANOUT_MODE << 16), "PACKET_FANOUT")
@@ -437,6 +447,24 @@ class PacketSocket:
         d[ring.PD_TX_STATE] = self._tx_state.ctypes.data
         return d
 
+    def open_control(self, bpf: list, rx_blocks: int = CONTROL_RX_BLOCKS) -> PacketSocket:
+        """Give this port a control ring: a second RX socket (V2, no TX) whose filter
+        ``bpf`` takes the frames for the router itself (see :mod:`control_filter`); the
+        caller then puts the complementary filter on this socket (:meth:`set_filter`)."""
+        if self.control is not None:
+            raise ValueError(f"{self.ifname}: already has a control ring")
+        self.control = PacketSocket(self.ifname, rx_blocks=rx_blocks, tx_frames=0,
+                                    vnet_hdr=self.vnet_hdr, bpf=bpf)
+        return self.control
+
+    def set_filter(self, bpf: list | None) -> None:
+        """Replace the RX socket's filter (atomically: every frame meets the old or the
+        new one), or remove it (None)."""
+        if self._rx_sock is None:
+            raise ValueError(f"{self.ifname}: socket is closed")
+        control_filter.attach(self._rx_sock, bpf)
+        self._bpf = bpf
+
     def wait(self, timeout_ms: int) -> bool:
         """Sleep until the RX ring has a frame (V2) or a block (V3) for us or
         ``timeout_ms`` passes; True when :meth:`recv_batch` has something to read.  No
@@ -483,7 +511,9 @@ class PacketSocket:
         return self._rx_sock.fileno()
 
     def close(self) -> None:
-        """Release rings and sockets; safe to call twice."""
+        """Release rings and sockets (the control ring's too); safe to call twice."""
+        if self.control is not None:
+            self.control.close()
         for attr in ("_rx8", "_rx16", "_rx32", "_tx8", "_tx32"):
             self.__dict__.pop(attr, None)  # views must go before their mmap closes
         for attr in ("_rx_map", "_tx_map", "_rx_sock", "_tx_sock"):

@@ -81,6 +81,11 @@ class DataPlaneWorker:
         self.socks = sockets
         self.ports = (np.stack([s.loop_descriptor() for s in sockets]) if sockets
                       else np.zeros((0, PD_COLS), np.int64))
+        # control rings (PacketSocket.open_control), read before the data rings
+        ctl_socks = [(p, s.control) for p, s in enumerate(sockets) if s.control is not None]
+        self.cports = (np.stack([c.loop_descriptor() for _, c in ctl_socks]) if ctl_socks
+                       else np.zeros((0, PD_COLS), np.int64))
+        self.cport_if = np.array([p for p, _ in ctl_socks], np.int64)
         # GSO super-packets stay whole when every port can send them with their
         # virtio-net header (sendmmsg with PACKET_VNET_HDR); else they are cut on receive
         whole = bool(sockets) and all(
@@ -106,10 +111,13 @@ class DataPlaneWorker:
         self.ctl[L.W_POLL_MS] = POLL_MS
         self.ctl[L.W_SLICE_NS] = SLICE_NS
         self.ctl[L.W_VECTOR] = vector_size
-        self.pollfd = np.zeros((len(sockets) + 1, 2), np.int32)
+        # data rings, the wake eventfd, control rings (the loop's layout)
+        self.pollfd = np.zeros((len(sockets) + 1 + len(ctl_socks), 2), np.int32)
         for p, s in enumerate(sockets):
             self.pollfd[p] = (s.fileno(), POLLIN)
-        self.pollfd[-1] = (self.wake_fd, POLLIN)
+        self.pollfd[len(sockets)] = (self.wake_fd, POLLIN)
+        for c, (_, cs) in enumerate(ctl_socks):
+            self.pollfd[len(sockets) + 1 + c] = (cs.fileno(), POLLIN)
         cap = self.batch.capacity
         self._txidx = np.zeros(cap, np.int32)
         self._mm = np.zeros((cap, 8), np.uint64)
@@ -237,7 +245,8 @@ class DataPlaneWorker:
         frames, frame_n, work, txl, txn, dp, fwt, fwk, fwv = g.loop_args()
         tsbuf, efd_scratch, one = self._scratch
         return (
-            self.ctl, self.ports, self.pollfd, tsbuf, efd_scratch, self.wake_fd,
+            self.ctl, self.ports, self.cports, self.cport_if, self.pollfd, tsbuf, efd_scratch,
+            self.wake_fd,
             b.buf, b.buf.ctypes.data, b.meta, b.ts, b.nalloc, frames, frame_n, work, txl, txn,
             self._txidx, self._mm, self._iov, self._mm.ctypes.data, self._iov.ctypes.data,
             self._vh, self._vh.ctypes.data, self.jumbo,

@@ -1,18 +1,20 @@
 """A data-plane worker's forwarding loop: rings -> graph -> rings, compiled, without the GIL.
 
-One call runs many batches: it empties the inject ring, walks every port's RX ring into
-the batch, runs the graph, writes each port's TX ring (or sendmmsg), hands punts to the
-control plane through the punt ring and signals its eventfd. It returns to Python only
-when the control plane asks (``W_REQ``: a new table to swap in, a firewall command), when
-its time slice ends (``W_SLICE_NS``: off in the router, tests set one), when the
-firewall's state table must grow, or to stop; packets
-arriving meanwhile wait in the kernel's rings. The loop holds no Python object and
-releases the GIL (``nogil``), so the control plane runs beside it in the same process.
+One call runs many batches: it empties the inject ring, walks every port's control ring
+(the frames for the router itself, io/control_filter.py: they never queue behind transit
+traffic), then every port's RX ring into the batch, runs the graph, writes each port's TX
+ring (or sendmmsg), hands punts to the control plane through the punt ring and signals its
+eventfd. It returns to Python only when the control plane asks (``W_REQ``: a new table to
+swap in, a firewall command), when its time slice ends (``W_SLICE_NS``: off in the router,
+tests set one), when the firewall's state table must grow, or to stop; packets arriving
+meanwhile wait in the kernel's rings. The loop holds no Python object and releases the GIL
+(``nogil``), so the control plane runs beside it in the same process.
 
 Waiting (``W_POLICY``): *busy* never sleeps; *interrupt* sleeps in poll(2) as soon as a
 pass finds nothing; *adaptive* keeps spinning for ``W_SPIN_NS`` after the last packet
 (a packet in a flow finds the worker awake), then sleeps. The poll set is every RX
-socket plus the worker's wake eventfd, so the control plane can interrupt a sleep.
+socket (data rings, the wake eventfd, then control rings) so the control plane can
+interrupt a sleep.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def _tx(port, buf, buf_addr, meta, idx, count, mm, iov, mm_addr, iov_addr, vh, v
 
 @njit(cache=True, nogil=True)
 def forward_loop(
-    ctl, ports, pollfd, tsbuf, efd_scratch, wake_fd,
+    ctl, ports, cports, cport_if, pollfd, tsbuf, efd_scratch, wake_fd,
     buf, buf_addr, meta, ts, nalloc, frames, frame_n, work, txl, txn, txidx,
     mm, iov, mm_addr, iov_addr, vh, vh_addr, jumbo,
     dp, fw, fwk, fwv,
@@ -122,6 +124,7 @@ def forward_loop(
 ) -> int:  # fmt: skip
     """Forward until asked to return; returns why (RET_*). See the module docstring."""
     n_ports = ports.shape[0]
+    n_ctl = cports.shape[0]
     errbuf = np.zeros(2, np.int32)
     vector = ctl[W_VECTOR]
     t_enter = clock_ns(tsbuf, CLOCK_MONOTONIC)
@@ -140,6 +143,10 @@ def forward_loop(
                           clock_ns(tsbuf, CLOCK_REALTIME))
         jumbo[R.J_USED] = 0  # the last batch has left: its jumbo slots are free
         injected = n
+        for c in range(n_ctl):  # first: what is for the router never waits behind transit
+            if n >= vector:
+                break
+            n += _rx(cports[c], buf, meta, ts, n, vector - n, cport_if[c], jumbo)
         for p in range(n_ports):
             if n >= vector:
                 break
@@ -160,6 +167,10 @@ def forward_loop(
                 if (pollfd[p, 1] >> 16) & (POLLERR | POLLHUP):  # link down: read the error
                     clear_socket_error(pollfd[p, 0], errbuf)
                     carray(i64_at(ports[p, R.PD_STATS]), R.N_STATS)[R.S_LINK_ERRORS] += 1
+            for c in range(n_ctl):
+                if (pollfd[n_ports + 1 + c, 1] >> 16) & (POLLERR | POLLHUP):
+                    clear_socket_error(pollfd[n_ports + 1 + c, 0], errbuf)
+                    carray(i64_at(cports[c, R.PD_STATS]), R.N_STATS)[R.S_LINK_ERRORS] += 1
             if pollfd[n_ports, 1] >> 16:
                 eventfd_drain(wake_fd, efd_scratch)
             continue
