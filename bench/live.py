@@ -28,6 +28,8 @@ so there are 256 flows; trafgen recomputes the UDP checksum per packet), destina
   one core for the generator, one for the router, like the userspace variants.
 * ``vecroute``: ``vecroute run`` with ``workers = 1`` (the vecroute.lab config: the
   router's ports have no kernel addresses), under ``taskset -c 1``.
+* ``vecroute-1ring`` (optional): the same with ``[router] control_ring = false`` (one
+  RX ring per port, no socket filters): what the control rings cost.
 * ``naive``: bench/naive_forwarder.py in the router namespace under ``taskset -c 1``
   (AF_PACKET raw socket per port, per-packet Python); the hosts get permanent neighbour
   entries for the router addresses (it answers no ARP).
@@ -90,7 +92,7 @@ DPORT = 9
 PAYLOAD = b"vecroute-live-bench!\x00\x01"  # 22 bytes: the frame is 64 bytes
 FRAME_LEN = 14 + 20 + 8 + len(PAYLOAD)
 PRIORITY = [-20]  # nice of the generator's and the router's autogroups; main() may change it
-ALL_VARIANTS = ("kernel", "kernel-napi", "vecroute", "naive")
+ALL_VARIANTS = ("kernel", "kernel-napi", "vecroute", "vecroute-1ring", "naive")
 DEFAULT_VARIANTS = ("kernel", "vecroute", "naive")
 
 
@@ -515,7 +517,10 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
             h1_mac, h2_mac = lab.mac(t.h1, t.h1_if), lab.mac(t.h2, t.h2_if)
             if variant.startswith("kernel"):
                 setup_kernel_router(lab, t, napi=variant == "kernel-napi")
-            elif variant == "vecroute":
+            elif variant.startswith("vecroute"):
+                if variant == "vecroute-1ring":  # no control rings: one RX ring per port
+                    t.config.write_text(t.config.read_text().replace(
+                        "[router]\n", "[router]\ncontrol_ring = false\n", 1))
                 router = start_vecroute(lab, t)
             elif variant == "naive":
                 lab.neigh(t.h1, t.h1_if, RT0_V4, p0_mac)
@@ -561,7 +566,7 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
                 snap["refused"] = stack_errors(t.h2)
                 snap["cpu"] = timed(cpu_times)
                 snap["rcpu"] = timed(proc_cpu, router.pid) if router else (0.0, 0.0)
-                if variant == "vecroute":
+                if variant.startswith("vecroute"):
                     snap["vr"] = timed(vecroute_if_counts, t)
                 return snap
 
@@ -598,7 +603,7 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
                     for name in sa["vr"][1]
                     for c in ("rx_packets", "tx_packets", "drops")
                 }
-            if variant == "vecroute":
+            if variant.startswith("vecroute"):
                 with contextlib.suppress(Exception):
                     res["vecroute_interfaces"] = [
                         {k: r[k] for k in ("name", "rx_packets", "tx_packets", "drops", "punts")}
@@ -646,7 +651,7 @@ def run_one(variant: str, args: argparse.Namespace, light_pps: int | None) -> di
                     res["naive_counts"] = json.loads(out.decode().strip().splitlines()[-1])
                 except (subprocess.TimeoutExpired, ValueError, IndexError):
                     pass
-            if router is not None and variant == "vecroute" and router.poll() is not None:
+            if router is not None and variant.startswith("vecroute") and router.poll() is not None:
                 res["router_exit"] = router.returncode
         finally:
             for g in gens:
@@ -701,6 +706,8 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
     for base in ("kernel", "kernel-napi", "naive"):
         if "vecroute" in med and base in med and med[base]:
             ratios[f"vecroute/{base}"] = med["vecroute"] / med[base]
+    if "vecroute" in med and med.get("vecroute-1ring"):
+        ratios["vecroute/vecroute-1ring"] = med["vecroute"] / med["vecroute-1ring"]
     out["ratios"] = ratios
     if "vecroute/kernel" in ratios:
         out["target"] = {

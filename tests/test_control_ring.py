@@ -1,15 +1,17 @@
 """Control rings (io/control_filter.py): frames for the router get their own RX ring.
 
-The two filters are checked by the kernel itself (they run in it) against a plain-Python
-statement of the rule: every frame a peer sends reaches exactly one ring, the one the
-rule names. Then the router: under a flood bigger than it forwards, pings to its own
-addresses are still answered (before, 19-77 % of such probes were lost in the full data
-ring), and a new address is steered there when it appears.
+The fanout program is checked by the kernel itself (it runs there) against a plain-Python
+statement of the rule: every frame a peer sends reaches exactly one ring, the one the rule
+names; with two workers, flows are shared symmetrically. Then the router: under a flood
+bigger than it forwards, pings to its own addresses are still answered (without control
+rings 19-77 % of such probes were lost in the full data ring), and an address added by a
+reload is steered there, one removed no longer.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import random
 import re
 import subprocess
@@ -18,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.inet import ICMP, IP, UDP, fragment
 from scapy.layers.inet6 import ICMPv6EchoRequest, ICMPv6ND_NS, IPv6
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw, raw
@@ -115,15 +117,39 @@ def frames_to_classify(mac_r: str, seed: int = 7) -> list[bytes]:
     return [f + i.to_bytes(2, "big") if len(f) >= 60 else f for i, f in enumerate(out)]
 
 
-def test_one_program_per_ring_within_the_kernel_limit() -> None:
+def test_programs_stay_within_the_kernel_limit() -> None:
     v4, v6 = addresses()
-    ctl, data = CF.split_programs(v4, v6)
-    assert len(ctl) == len(data) and ctl != data
-    # the verdicts are swapped, nothing else
-    assert [x for x in ctl if x[0] != 0x06] == [x for x in data if x[0] != 0x06]
-    CF.program([], [bytes(16)] * 440, True)  # 440 IPv6 addresses fit
+    one, two = CF.program(v4, v6, 1), CF.program(v4, v6, 2)
+    assert (6, 0, 0, 1) in one and (6, 0, 0, 2) in two  # the control ring's index
+    CF.program([], [bytes(16)] * 440, 4)  # 440 IPv6 addresses fit
     with pytest.raises(ValueError, match="more than the kernel's 4096"):
-        CF.program([], [bytes(16)] * 460, True)
+        CF.program([], [bytes(16)] * 460, 1)
+    with pytest.raises(ValueError):
+        CF.program([], [], 0)
+
+
+def group_sockets(lab, ns: str, ifname: str, n_data: int) -> list:
+    """n_data data sockets and a control ring in one cbpf fanout group."""
+    group = (os.getpid() * 7 + n_data) & 0xFFFF
+    socks = [packet_socket(ns, ifname, tx_frames=0, fanout_group=group, fanout_mode="cbpf")
+             for _ in range(n_data)]
+    with entered(ns):  # the control ring's socket is made in the port's namespace
+        socks[0].open_control()
+    return socks
+
+
+def receive(socks: list, frames: list[bytes], want: int) -> list[list[bytes]]:
+    """What each data socket and then the control ring received of ``frames``."""
+    rings = [*socks, socks[0].control]
+    got = [[] for _ in rings]
+    end = time.monotonic() + 3
+    while sum(map(len, got)) < want and time.monotonic() < end:
+        for k, r in enumerate(rings):
+            got[k] += drain(r, 1, lambda f: f in frames, timeout=0.02)
+    time.sleep(0.2)  # nothing more comes: no frame on two rings
+    for k, r in enumerate(rings):
+        got[k] += drain(r, 1, lambda f: f in frames, timeout=0.05)
+    return got
 
 
 @pytest.mark.netns
@@ -131,45 +157,87 @@ def test_every_frame_reaches_the_ring_the_rule_names(lab) -> None:
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
     v4, v6 = addresses()
-    ctl, data = CF.split_programs(v4, v6)
-    ps = packet_socket(rt, b, tx_frames=0)
     mac_r = lab.run(rt, ["cat", f"/sys/class/net/{b}/address"]).strip()
     frames = frames_to_classify(mac_r)
     want_ctl = [f for f in frames if rule(f, set(v4), set(v6))]
     want_data = [f for f in frames if not rule(f, set(v4), set(v6))]
     assert len(want_ctl) > 50 and len(want_data) > 50  # both sides well exercised
-    with ps, raw_socket(h1, a) as tx:
-        with entered(rt):  # the control ring's socket is made in the port's namespace
-            ps.open_control(ctl)
-        ps.set_filter(data)
+    socks = group_sockets(lab, rt, b, 1)
+    with socks[0], raw_socket(h1, a) as tx:
+        socks[0].set_fanout_program(CF.program(v4, v6, 1))
         for f in frames:
             tx.send(f)
-
-        def ours(f: bytes) -> bool:
-            return f in frames
-
-        got_ctl = drain(ps.control, len(want_ctl), ours, timeout=2)
-        got_data = drain(ps, len(want_data), ours, timeout=2)
-        time.sleep(0.2)  # nothing more comes: no frame on both rings
-        got_ctl += drain(ps.control, 1, ours, timeout=0.2)
-        got_data += drain(ps, 1, ours, timeout=0.2)
+        got_data, got_ctl = receive(socks, frames, len(frames))
     assert sorted(got_ctl) == sorted(want_ctl)
     assert sorted(got_data) == sorted(want_data)
 
 
+def flow_frames(mac_r: str) -> list[bytes]:
+    """64 UDP flows in both directions, a fragmented datagram's pieces, and frames for
+    the router; each distinct."""
+    e = Ether(src=MAC_H, dst=mac_r)
+    out = []
+    for k in range(64):
+        for src, dst, sp, dp in (("192.0.2.7", "198.51.100.9", 1000 + k, 53),
+                                 ("198.51.100.9", "192.0.2.7", 53, 1000 + k)):
+            out.append(raw(e / IP(src=src, dst=dst) / UDP(sport=sp, dport=dp) / Raw(b"a" * 30)))
+        out.append(raw(e / IPv6(src="2001:db8:5::7", dst="2001:db8:9::9")
+                       / UDP(sport=2000 + k, dport=443) / Raw(b"b" * 30)))
+        out.append(raw(e / IPv6(src="2001:db8:9::9", dst="2001:db8:5::7")
+                       / UDP(sport=443, dport=2000 + k) / Raw(b"b" * 30)))
+    big = IP(src="192.0.2.8", dst="198.51.100.9", id=77) / UDP(sport=9, dport=9) / Raw(b"f" * 96)
+    out += [raw(e / f) for f in fragment(big, fragsize=32)]
+    out += [raw(e / IP(dst="198.51.100.1") / ICMP()), raw(e / IPv6(dst="2001:db8:1::1") / UDP())]
+    return out
+
+
 @pytest.mark.netns
-def test_removing_the_filter_gives_the_data_ring_everything(lab) -> None:
+def test_two_workers_share_flows_symmetrically(lab) -> None:
+    """With several data rings, a flow and its reverse meet the same one, as do a
+    datagram's fragments; flows spread over both; the router's own frames still reach the
+    control ring."""
     h1, rt = lab.netns("h1"), lab.netns("rt")
     a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
-    ps = packet_socket(rt, b, tx_frames=0)
-    f = raw(Ether(src=MAC_H, dst="ff:ff:ff:ff:ff:ff") / ARP(pdst="198.51.100.1"))
-    with ps, raw_socket(h1, a) as tx:
-        ps.set_filter(CF.split_programs([], [])[1])
+    v4, v6 = addresses()
+    mac_r = lab.run(rt, ["cat", f"/sys/class/net/{b}/address"]).strip()
+    frames = flow_frames(mac_r)
+    socks = group_sockets(lab, rt, b, 2)
+    with socks[0], socks[1], raw_socket(h1, a) as tx:
+        socks[1].set_fanout_program(CF.program(v4, v6, 2))  # any member may set it
+        for f in frames:
+            tx.send(f)
+        d0, d1, ctl = receive(socks, frames, len(frames))
+    assert sorted(d0 + d1 + ctl) == sorted(frames)
+    assert len(ctl) == 2 and all(rule(f, set(v4), set(v6)) for f in ctl)
+    assert len(d0) > 20 and len(d1) > 20
+
+    def key(f: bytes) -> tuple:
+        p = Ether(f)
+        ip = p[IP] if IP in p else p[IPv6]
+        if IP in p and (p[IP].flags.MF or p[IP].frag):
+            return ("frag", p[IP].id)
+        ports = tuple(sorted((p[UDP].sport, p[UDP].dport)))
+        return (tuple(sorted((ip.src, ip.dst))), ports)
+
+    k0, k1 = {key(f) for f in d0}, {key(f) for f in d1}
+    assert not k0 & k1  # each flow (both directions) and the fragments on one ring
+
+
+@pytest.mark.netns
+def test_a_new_program_moves_an_address_at_once(lab) -> None:
+    h1, rt = lab.netns("h1"), lab.netns("rt")
+    a, b = lab.veth(h1, rt, disable_ipv6=(True, True))
+    mac_r = lab.run(rt, ["cat", f"/sys/class/net/{b}/address"]).strip()
+    f = raw(Ether(src=MAC_H, dst=mac_r) / IP(dst="192.0.2.99") / ICMP())
+    socks = group_sockets(lab, rt, b, 1)
+    with socks[0], raw_socket(h1, a) as tx:
+        socks[0].set_fanout_program(CF.program([], [], 1))
         tx.send(f)
-        assert drain(ps, 1, lambda x: x == f, timeout=0.5) == []
-        ps.set_filter(None)
+        assert receive(socks, [f], 1) == [[f], []]
+        socks[0].set_fanout_program(CF.program([int(ipaddress.IPv4Address("192.0.2.99"))],
+                                               [], 1))
         tx.send(f)
-        assert drain(ps, 1, lambda x: x == f, timeout=2) == [f]
+        assert receive(socks, [f], 1) == [[], [f]]
 
 
 # -- the router ---------------------------------------------------------------------------

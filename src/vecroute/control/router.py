@@ -55,7 +55,8 @@ from vecroute.graph.dataplane import build_dataplane
 from vecroute.graph.state import TB_RST, DataPlaneState
 from vecroute.io.capture import CP_LEFT, CP_LOST, CP_MODE
 from vecroute.io.channel import R_DROPS
-from vecroute.io.control_filter import control_addresses, split_programs
+from vecroute.io.control_filter import control_addresses
+from vecroute.io.control_filter import program as fanout_program
 from vecroute.io.worker import DataPlaneWorker
 
 log = logging.getLogger("vecroute.router")
@@ -165,6 +166,10 @@ def tx_mode(ifname: str, configured: str) -> str:
 class LiveRouter:
     """A router on real interfaces; also the object ctl commands act on."""
 
+    _steering: list | None = None  # one socket of each port's fanout group (control rings)
+    _steered: tuple | None = None  # the router addresses its programs steer
+    steer_note = ""  # why the programs steer fewer addresses than the router has
+
     def __init__(self, cfg: Config, *, prepare_ports: bool = True) -> None:
         if os.geteuid() != 0:
             raise StartupError("must run as root (AF_PACKET sockets need CAP_NET_RAW)")
@@ -237,15 +242,26 @@ class LiveRouter:
         self._published: tuple | None = None
         tables = self._tables()
         group = (os.getpid() * 16) & 0xFFFF
-        self._steered: tuple | None = None  # the router addresses the filters steer
-        self.steer_note = ""  # why the filters steer fewer addresses than the router has
-        for k in range(self.n_workers):
-            # sockets are opened worker after worker: every port's fanout group then
-            # lists the workers in the same order, so the symmetric fanout hash sends
-            # both directions of a flow to the same worker (its firewall has the state)
-            socks = self._open_sockets(group if self.n_workers > 1 else None)
-            if cfg.router.control_ring:
-                self._split(socks, control=k == 0)
+        # sockets are opened worker after worker: every port's fanout group then lists
+        # the workers in the same order, so the symmetric fanout hash sends both directions
+        # of a flow to the same worker (its firewall has the state). Control rings join
+        # each port's group last (their index is the number of workers)
+        ring = cfg.router.control_ring
+        per_worker: list[list] = []
+        try:
+            for _ in range(self.n_workers):
+                per_worker.append(self._open_sockets(
+                    group if ring or self.n_workers > 1 else None, ring))
+            if ring:
+                for s in per_worker[0]:
+                    s.open_control()
+                self._steering = per_worker[0]
+                self._steer()
+        except BaseException:
+            for s in (s for socks in per_worker for s in socks):
+                s.close()
+            raise
+        for k, socks in enumerate(per_worker):
             self.workers.append(DataPlaneWorker(
                 k, socks, tables.with_runtime(None), cfg.router.vector_size, firewalls[k],
                 policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
@@ -273,64 +289,45 @@ class LiveRouter:
             f", metrics http://{cfg.metrics.listen}/metrics" if cfg.metrics else "",
         )
 
-    def _open_sockets(self, fanout: int | None) -> list:
+    def _open_sockets(self, fanout: int | None, cbpf: bool = False) -> list:
         from vecroute.io.af_packet import PacketSocket
 
-        return [
-            PacketSocket(
-                itf.name,
-                fanout_group=None if fanout is None else (fanout + ifx) & 0xFFFF,
-                tx_mode=tx_mode(itf.name, self.cfg.router.tx),
-            )
-            for ifx, itf in enumerate(self.cfg.interfaces)
-        ]
-
-    def _programs(self, fib: Fib) -> tuple[tuple, list, list]:
-        """The router's addresses and the (control, data) filters that steer them."""
-        addrs = control_addresses(fib.interfaces)
+        socks: list = []
         try:
-            return addrs, *split_programs(*addrs)
+            for ifx, itf in enumerate(self.cfg.interfaces):
+                socks.append(PacketSocket(
+                    itf.name,
+                    fanout_group=None if fanout is None else (fanout + ifx) & 0xFFFF,
+                    fanout_mode="cbpf" if cbpf else "hash",
+                    tx_mode=tx_mode(itf.name, self.cfg.router.tx),
+                ))
+        except BaseException:
+            for s in socks:
+                s.close()
+            raise
+        return socks
+
+    def _steer(self) -> None:
+        """Give every port's fanout group the program that sends the frames for the router
+        to its control ring (io/control_filter.py), again whenever the router's addresses
+        change (reloads, addresses learnt from Linux): one program per group, replaced
+        atomically, so a frame always reaches exactly one ring."""
+        if self._steering is None:
+            return
+        addrs = control_addresses(self.fib.interfaces)
+        if addrs == self._steered:
+            return
+        try:
+            prog = fanout_program(*addrs, self.n_workers)
+            self.steer_note = ""
         except ValueError as e:  # too many addresses for one program: the static classes
             if self.steer_note != str(e):
                 log.warning("control rings: %s; only ARP, ND, multicast and link-local "
                             "traffic is steered to them", e)
             self.steer_note = str(e)
-            return addrs, *split_programs([], [])
-
-    def _split(self, socks: list, control: bool) -> None:
-        """Worker 0 gets a control ring on every port (io/control_filter.py); every
-        worker's data rings leave the frames for the router to it."""
-        addrs, ctl, data = self._programs(self.fib)
-        self._steered = addrs
-        for s in socks:
-            if control:
-                s.open_control(ctl)
-            s.set_filter(data)
-
-    def _steer(self) -> None:
-        """Follow the router's addresses (config, learnt from Linux, reloads): replace the
-        filters when they changed. Control first with old and new together, then data,
-        then control alone: a frame to an address on its way in or out may be seen twice
-        for a moment, never by neither ring."""
-        if self._steered is None:
-            return
-        addrs, ctl, data = self._programs(self.fib)
-        if addrs == self._steered:
-            return
-        old4, old6 = self._steered
-        both = (sorted(set(old4) | set(addrs[0])), sorted(set(old6) | set(addrs[1])))
-        try:
-            wide = split_programs(*both)[0]
-        except ValueError:
-            wide = split_programs([], [])[0]
-        controls = [s.control for w in self.workers for s in w.socks if s.control is not None]
-        for c in controls:
-            c.set_filter(wide)
-        for w in self.workers:
-            for s in w.socks:
-                s.set_filter(data)
-        for c in controls:
-            c.set_filter(ctl)
+            prog = fanout_program([], [], self.n_workers)
+        for s in self._steering:
+            s.set_fanout_program(prog)
         self._steered = addrs
         log.info("control rings steer %d router addresses", len(addrs[0]) + len(addrs[1]))
 

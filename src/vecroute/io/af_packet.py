@@ -78,10 +78,16 @@ PACKET_IGNORE_OUTGOING = 23
 PACKET_COPY_THRESH = 7
 TPACKET_V2 = 1
 TPACKET_V3 = 2
+PACKET_FANOUT_DATA = 22
 PACKET_FANOUT_HASH = 0
+PACKET_FANOUT_CBPF = 6
+PACKET_FANOUT_FLAG_IGNORE_OUTGOING = 0x4000
 PACKET_FANOUT_FLAG_DEFRAG = 0x8000
-#: fanout mode; see the module docstring for why DEFRAG is off
-FANOUT_MODE = PACKET_FANOUT_HASH
+#: fanout modes (DEFRAG is never set; see the module docstring): the kernel's symmetric
+#: flow hash, or a classic BPF program choosing the socket (io/control_filter.py); a group
+#: ignores its members' PACKET_IGNORE_OUTGOING, so it is asked to in the cbpf mode
+FANOUT_MODES = {"hash": PACKET_FANOUT_HASH,
+                "cbpf": PACKET_FANOUT_CBPF | PACKET_FANOUT_FLAG_IGNORE_OUTGOING}
 ETH_P_ALL = 0x0003
 ARPHRD_ETHER = 1
 ARPHRD_LOOPBACK = 772
@@ -146,7 +152,7 @@ class PacketSocket:
         rx_version: int = 2,
         rx_frame_size: int = RX_FRAME_SIZE,
         rx_copy_memory: int = RX_COPY_MEMORY,
-        bpf: list | None = None,
+        fanout_mode: str = "hash",
     ) -> None:
         _check(rx_blocks >= 1, f"rx_blocks must be >= 1, not {rx_blocks}")
         _check(
@@ -168,6 +174,8 @@ class PacketSocket:
             fanout_group is None or 0 <= fanout_group <= 0xFFFF,
             f"fanout_group must be 0..65535, not {fanout_group}",
         )
+        _check(fanout_mode in FANOUT_MODES,
+               f"fanout_mode must be {' or '.join(FANOUT_MODES)}, not {fanout_mode}")
         _check(block_timeout_ms >= 1, f"block_timeout_ms must be >= 1, not {block_timeout_ms}")
         _check(tx_mode in ("ring", "sendmmsg"), f"tx_mode must be ring or sendmmsg, not {tx_mode}")
         self.tx_mode = tx_mode
@@ -179,7 +187,8 @@ class PacketSocket:
         self._tx_sock: socket.socket | None = None
         self._rx_map: mmap.mmap | None = None
         self._tx_map: mmap.mmap | None = None
-        self._bpf = bpf
+        self._fanout_mode = FANOUT_MODES[fanout_mode]
+        self._fanout_group = fanout_group
         #: the port's control ring (:meth:`open_control`), None without one
         self.control: PacketSocket | None = None
         try:
@@ -284,11 +293,9 @@ class PacketSocket:
         s = self._rx_sock
         assert s is not None
         self._opt(s, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING")
-        if self._bpf is not None:  # before bind: no frame reaches the socket unfiltered
-            control_filter.attach(s, self._bpf)
         self._bind(s, ETH_P_ALL)
         if fanout is not None:
-            self._opt(s, PACKET_FANOUT, fanout | (FANOUT_MODE << 16), "PACKET_FANOUT")
+            self._opt(s, PACKET_FANOUT, fanout | (self._fanout_mode << 16), "PACKET_FANOUT")
 
     def _open_tx_mmsg(self, nmax: int) -> None:
         """TX by sendmmsg(2) on a plain socket: on veth the TX ring's zero-copy frames must
@@ -447,23 +454,28 @@ class PacketSocket:
         d[ring.PD_TX_STATE] = self._tx_state.ctypes.data
         return d
 
-    def open_control(self, bpf: list, rx_blocks: int = CONTROL_RX_BLOCKS) -> PacketSocket:
-        """Give this port a control ring: a second RX socket (V2, no TX) whose filter
-        ``bpf`` takes the frames for the router itself (see :mod:`control_filter`); the
-        caller then puts the complementary filter on this socket (:meth:`set_filter`)."""
+    def open_control(self, rx_blocks: int = CONTROL_RX_BLOCKS) -> PacketSocket:
+        """Give this port a control ring: one more RX socket (V2, no TX) in this socket's
+        fanout group (``fanout_mode="cbpf"``), joined after the data sockets, so its index
+        is their number; the group's program (:meth:`set_fanout_program`) sends it the
+        frames for the router itself (see :mod:`control_filter`)."""
         if self.control is not None:
             raise ValueError(f"{self.ifname}: already has a control ring")
+        if self._fanout_group is None or self._fanout_mode != FANOUT_MODES["cbpf"]:
+            raise ValueError(f"{self.ifname}: a control ring needs a cbpf fanout group")
         self.control = PacketSocket(self.ifname, rx_blocks=rx_blocks, tx_frames=0,
-                                    vnet_hdr=self.vnet_hdr, bpf=bpf)
+                                    vnet_hdr=self.vnet_hdr, fanout_group=self._fanout_group,
+                                    fanout_mode="cbpf")
         return self.control
 
-    def set_filter(self, bpf: list | None) -> None:
-        """Replace the RX socket's filter (atomically: every frame meets the old or the
-        new one), or remove it (None)."""
+    def set_fanout_program(self, prog: list) -> None:
+        """Install the cbpf fanout group's program (any member may; the new one replaces
+        the old atomically, and until the first, every frame goes to the first member)."""
         if self._rx_sock is None:
             raise ValueError(f"{self.ifname}: socket is closed")
-        control_filter.attach(self._rx_sock, bpf)
-        self._bpf = bpf
+        raw, keep = control_filter.fprog(prog)
+        self._opt(self._rx_sock, PACKET_FANOUT_DATA, raw, "PACKET_FANOUT_DATA")
+        del keep
 
     def wait(self, timeout_ms: int) -> bool:
         """Sleep until the RX ring has a frame (V2) or a block (V3) for us or
