@@ -29,7 +29,7 @@ so there are 256 flows; trafgen recomputes the UDP checksum per packet), destina
 * ``vecroute``: ``vecroute run`` with ``workers = 1`` (the vecroute.lab config: the
   router's ports have no kernel addresses), under ``taskset -c 1``.
 * ``vecroute-1ring`` (optional): the same with ``[router] control_ring = false`` (one
-  RX ring per port, no socket filters): what the control rings cost.
+  RX ring per port, no fanout program): what the control rings cost.
 * ``naive``: bench/naive_forwarder.py in the router namespace under ``taskset -c 1``
   (AF_PACKET raw socket per port, per-packet Python); the hosts get permanent neighbour
   entries for the router addresses (it answers no ARP).

@@ -19,7 +19,13 @@ from conftest import DST4, H0_IP4, R0, Router, base_config
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from vecroute.control.punts import Pending, decode_punts, inject_frame, inject_packets
+from vecroute.control.punts import (
+    IcmpError,
+    Pending,
+    decode_punts,
+    inject_frame,
+    inject_packets,
+)
 from vecroute.graph import counters as C
 from vecroute.graph.node_ids import DONE_PUNT
 from vecroute.graph.state import OPT_LIVE
@@ -178,6 +184,25 @@ def test_injected_frame_and_packet_enter_the_graph():
     assert (1, frame) in sent  # as it was, on the port asked for
     fwd_ip = [IP(f[14:]) for _, f in sent if f != frame]
     assert len(fwd_ip) == 1 and fwd_ip[0].dst == DST4 and fwd_ip[0].ttl == 8
+
+
+def test_packet_records_never_carry_the_linux_frame_flag():
+    """F_INJ_L2 makes fw-out treat a packet as one of Linux's frames: a packet record
+    (lookup again, ICMP error) that claims it loses it on the way into the batch."""
+    from vecroute.io.channel import ring_to_batch
+    from vecroute.packet.batch import F_INJ_L2, F_LOCAL_ORIGIN, M_FLAGS, PacketBatch
+
+    ring = Ring(8, IH_COLS)
+    pkt = bytes(IP(src=H0_IP4, dst=DST4, ttl=9) / UDP(dport=7))
+    flags = F_INJ_L2 | F_LOCAL_ORIGIN
+    assert inject_packets(ring, [Pending(0, 0, 4, pkt, 0, flags)], None) == 0
+    assert inject_packets(ring, [Pending(0, 0, 4, pkt, 0, flags)],
+                          IcmpError(11, (3, 1), (1, 3))) == 0
+    b = PacketBatch(8)
+    assert ring_to_batch(ring.ctl, ring.hdr, ring.data, b.buf, b.meta, b.ts, 0, 8, 1) == 2
+    for i in range(2):
+        got = int(b.meta[M_FLAGS, i])
+        assert not got & F_INJ_L2 and got & F_LOCAL_ORIGIN  # the other flags stay
 
 
 def test_oversized_inject_record_is_refused():

@@ -189,7 +189,7 @@ class RouterCollector(Collector):
         """The kernel's side of the ports: what each ring took and what the kernel dropped
         because it was full (a data ring dropping while its control ring does not is an
         overload the router's own traffic survives)."""
-        rx = _counter("socket_rx_packets", "Frames a packet socket's RX ring handed over, "
+        rx = _counter("socket_rx_packets", "Batch slots a packet socket's RX ring filled, "
                       "per worker, interface and ring (data; control: frames for the router).",
                       ["worker", "interface", "ring"])
         drops = _counter("socket_rx_kernel_drops", "Frames the kernel dropped because the "
@@ -351,7 +351,7 @@ class RouterCollector(Collector):
             yield m
         for col, name, doc in ((IFS_RX_PKTS, "worker_interface_rx_packets",
                                 "Frames the worker received on the interface (its fanout "
-                                "share)."),
+                                "share; worker 0 also takes the port's control ring)."),
                                (IFS_TX_PKTS, "worker_interface_tx_packets",
                                 "Frames the worker sent on the interface.")):
             c = _counter(name, doc, ["worker", "interface"])

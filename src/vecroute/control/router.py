@@ -53,9 +53,11 @@ from vecroute.firewall.firewall import Firewall, command_changes
 from vecroute.graph import counters as C
 from vecroute.graph.dataplane import build_dataplane
 from vecroute.graph.state import TB_RST, DataPlaneState
+from vecroute.io.af_packet import FANOUT_NEW
 from vecroute.io.capture import CP_LEFT, CP_LOST, CP_MODE
 from vecroute.io.channel import R_DROPS
 from vecroute.io.control_filter import control_addresses
+from vecroute.io.control_filter import fit as fit_addresses
 from vecroute.io.control_filter import program as fanout_program
 from vecroute.io.worker import DataPlaneWorker
 
@@ -241,32 +243,34 @@ class LiveRouter:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._published: tuple | None = None
         tables = self._tables()
-        group = (os.getpid() * 16) & 0xFFFF
         # sockets are opened worker after worker: every port's fanout group then lists
         # the workers in the same order, so the symmetric fanout hash sends both directions
-        # of a flow to the same worker (its firewall has the state). Control rings join
-        # each port's group last (their index is the number of workers)
+        # of a flow to the same worker (its firewall has the state). Worker 0's sockets
+        # start the groups (ids the kernel picks: no other process's); control rings join
+        # each group last (their index is the number of workers)
         ring = cfg.router.control_ring
+        fanout = ring or self.n_workers > 1
         per_worker: list[list] = []
         try:
-            for _ in range(self.n_workers):
-                per_worker.append(self._open_sockets(
-                    group if ring or self.n_workers > 1 else None, ring))
+            for k in range(self.n_workers):
+                groups = ([FANOUT_NEW] * len(cfg.interfaces) if k == 0
+                          else [s.fanout_id for s in per_worker[0]])
+                per_worker.append(self._open_sockets(groups if fanout else None, ring))
             if ring:
                 for s in per_worker[0]:
                     s.open_control()
                 self._steering = per_worker[0]
                 self._steer()
+            for k, socks in enumerate(per_worker):
+                self.workers.append(DataPlaneWorker(
+                    k, socks, tables.with_runtime(None), cfg.router.vector_size, firewalls[k],
+                    policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
+                    punt_rates=punt_rates,
+                ))
         except BaseException:
-            for s in (s for socks in per_worker for s in socks):
+            for s in (s for socks in per_worker[len(self.workers):] for s in socks):
                 s.close()
             raise
-        for k, socks in enumerate(per_worker):
-            self.workers.append(DataPlaneWorker(
-                k, socks, tables.with_runtime(None), cfg.router.vector_size, firewalls[k],
-                policy=cfg.router.poll, spin_ns=cfg.router.spin_us * 1000,
-                punt_rates=punt_rates,
-            ))
         self.capture: CaptureSession | None = None
         self._wake_pending = False
         self._capture_timer: asyncio.TimerHandle | None = None
@@ -289,7 +293,9 @@ class LiveRouter:
             f", metrics http://{cfg.metrics.listen}/metrics" if cfg.metrics else "",
         )
 
-    def _open_sockets(self, fanout: int | None, cbpf: bool = False) -> list:
+    def _open_sockets(self, groups: list[int] | None, cbpf: bool = False) -> list:
+        """One socket per port; ``groups``: each port's fanout group (FANOUT_NEW: start
+        one), None: no fanout."""
         from vecroute.io.af_packet import PacketSocket
 
         socks: list = []
@@ -297,7 +303,7 @@ class LiveRouter:
             for ifx, itf in enumerate(self.cfg.interfaces):
                 socks.append(PacketSocket(
                     itf.name,
-                    fanout_group=None if fanout is None else (fanout + ifx) & 0xFFFF,
+                    fanout_group=None if groups is None else groups[ifx],
                     fanout_mode="cbpf" if cbpf else "hash",
                     tx_mode=tx_mode(itf.name, self.cfg.router.tx),
                 ))
@@ -311,25 +317,32 @@ class LiveRouter:
         """Give every port's fanout group the program that sends the frames for the router
         to its control ring (io/control_filter.py), again whenever the router's addresses
         change (reloads, addresses learnt from Linux): one program per group, replaced
-        atomically, so a frame always reaches exactly one ring."""
+        atomically, so a frame always reaches exactly one ring. A failure is logged and
+        tried again at the next change of the tables."""
         if self._steering is None:
             return
         addrs = control_addresses(self.fib.interfaces)
         if addrs == self._steered:
             return
+        v4, v6 = fit_addresses(*addrs, self.n_workers)
+        note = ""
+        if (len(v4), len(v6)) != (len(addrs[0]), len(addrs[1])):
+            note = (f"{len(addrs[0])} IPv4 + {len(addrs[1])} IPv6 router addresses are more "
+                    f"than one program holds: {len(v4)} + {len(v6)} steered")
+            if note != self.steer_note:
+                log.warning("control rings: %s; traffic to the others shares the data "
+                            "rings", note)
+        self.steer_note = note
+        prog = fanout_program(v4, v6, self.n_workers)
         try:
-            prog = fanout_program(*addrs, self.n_workers)
-            self.steer_note = ""
-        except ValueError as e:  # too many addresses for one program: the static classes
-            if self.steer_note != str(e):
-                log.warning("control rings: %s; only ARP, ND, multicast and link-local "
-                            "traffic is steered to them", e)
-            self.steer_note = str(e)
-            prog = fanout_program([], [], self.n_workers)
-        for s in self._steering:
-            s.set_fanout_program(prog)
+            for s in self._steering:
+                s.set_fanout_program(prog)
+        except (OSError, ValueError) as e:
+            log.error("control rings: the new program was not installed (%s); the old one "
+                      "stays until the next change", _one_line(e))
+            return
         self._steered = addrs
-        log.info("control rings steer %d router addresses", len(addrs[0]) + len(addrs[1]))
+        log.info("control rings steer %d router addresses", len(v4) + len(v6))
 
     def socket_rows(self) -> list[dict]:
         """Each worker's packet sockets, data and control rings (``ctl show sockets``)."""
@@ -400,11 +413,11 @@ class LiveRouter:
 
     def _publish(self) -> None:
         self._commit_pending = False
-        self._steer()
         tables = self._tables()
         for w in self.workers:
             w.swap(tables).add_done_callback(_log_failure)
         self._flush()
+        self._steer()
 
     def _on_worker(self, w: DataPlaneWorker, fn):
         """``fn(worker)`` in the worker's thread; its answer (a ctl command waits for it)."""
@@ -708,7 +721,6 @@ class LiveRouter:
         self.neigh.adopt(fib, cfg.neighbors, time.monotonic_ns(), cfg.neighbor_table)
         self.cfg, self.fib = cfg, fib
         self._commit_pending = False
-        self._steer()
         tables = self._tables()
         limits = ((0, cfg.icmp.rate, cfg.icmp.burst),
                   (TB_RST, cfg.icmp.tcp_reset_rate, cfg.icmp.tcp_reset_burst))
@@ -726,6 +738,7 @@ class LiveRouter:
             w.call(lambda w, fw=fw: apply(w, fw)).add_done_callback(_log_failure)
         self.neigh.changed = False
         self._flush()
+        self._steer()
         log.info("reloaded %s: %d routes", self.config_path, len(fib.routes))
 
     # -- the control plane's loop -----------------------------------------------------------

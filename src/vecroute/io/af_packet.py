@@ -63,7 +63,7 @@ from vecroute.io import af_packet_ring as ring
 from vecroute.io import control_filter
 from vecroute.io.af_packet_ring import N_STATS, STAT_INDEX, STATS, TX_BLOCK
 
-__all__ = ["InterfaceError", "PacketSocket", "STATS", "STAT_INDEX"]
+__all__ = ["FANOUT_NEW", "InterfaceError", "PacketSocket", "STATS", "STAT_INDEX"]
 
 SOL_PACKET = 263
 PACKET_RX_RING = 5
@@ -81,7 +81,10 @@ TPACKET_V3 = 2
 PACKET_FANOUT_DATA = 22
 PACKET_FANOUT_HASH = 0
 PACKET_FANOUT_CBPF = 6
+PACKET_FANOUT_FLAG_UNIQUEID = 0x2000
 PACKET_FANOUT_FLAG_IGNORE_OUTGOING = 0x4000
+#: ``fanout_group``: start a new group with an id the kernel picks (:attr:`fanout_id`)
+FANOUT_NEW = -1
 PACKET_FANOUT_FLAG_DEFRAG = 0x8000
 #: fanout modes (DEFRAG is never set; see the module docstring): the kernel's symmetric
 #: flow hash, or a classic BPF program choosing the socket (io/control_filter.py); a group
@@ -171,8 +174,8 @@ class PacketSocket:
         _check(rx_copy_memory >= 0, f"rx_copy_memory must be >= 0, not {rx_copy_memory}")
         _check(tx_frames >= 0, f"tx_frames must be >= 0, not {tx_frames}")
         _check(
-            fanout_group is None or 0 <= fanout_group <= 0xFFFF,
-            f"fanout_group must be 0..65535, not {fanout_group}",
+            fanout_group is None or FANOUT_NEW <= fanout_group <= 0xFFFF,
+            f"fanout_group must be 0..65535 or FANOUT_NEW, not {fanout_group}",
         )
         _check(fanout_mode in FANOUT_MODES,
                f"fanout_mode must be {' or '.join(FANOUT_MODES)}, not {fanout_mode}")
@@ -188,7 +191,8 @@ class PacketSocket:
         self._rx_map: mmap.mmap | None = None
         self._tx_map: mmap.mmap | None = None
         self._fanout_mode = FANOUT_MODES[fanout_mode]
-        self._fanout_group = fanout_group
+        #: the fanout group joined (None: none); with FANOUT_NEW, the id the kernel chose
+        self.fanout_id = fanout_group
         #: the port's control ring (:meth:`open_control`), None without one
         self.control: PacketSocket | None = None
         try:
@@ -294,7 +298,12 @@ class PacketSocket:
         assert s is not None
         self._opt(s, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING")
         self._bind(s, ETH_P_ALL)
-        if fanout is not None:
+        if fanout == FANOUT_NEW:  # a group of our own: no other process's id is taken
+            self._opt(s, PACKET_FANOUT, (self._fanout_mode | PACKET_FANOUT_FLAG_UNIQUEID) << 16,
+                      "PACKET_FANOUT")
+            raw = s.getsockopt(SOL_PACKET, PACKET_FANOUT, 4)
+            self.fanout_id = struct.unpack("I", raw)[0] & 0xFFFF
+        elif fanout is not None:
             self._opt(s, PACKET_FANOUT, fanout | (self._fanout_mode << 16), "PACKET_FANOUT")
 
     def _open_tx_mmsg(self, nmax: int) -> None:
@@ -461,10 +470,10 @@ class PacketSocket:
         frames for the router itself (see :mod:`control_filter`)."""
         if self.control is not None:
             raise ValueError(f"{self.ifname}: already has a control ring")
-        if self._fanout_group is None or self._fanout_mode != FANOUT_MODES["cbpf"]:
+        if self.fanout_id is None or self._fanout_mode != FANOUT_MODES["cbpf"]:
             raise ValueError(f"{self.ifname}: a control ring needs a cbpf fanout group")
         self.control = PacketSocket(self.ifname, rx_blocks=rx_blocks, tx_frames=0,
-                                    vnet_hdr=self.vnet_hdr, fanout_group=self._fanout_group,
+                                    vnet_hdr=self.vnet_hdr, fanout_group=self.fanout_id,
                                     fanout_mode="cbpf")
         return self.control
 

@@ -368,7 +368,9 @@ def ring_to_batch(ctl, hdr, data, buf, meta, ts, start, max_packets, tsv) -> int
         else:
             meta[M_L3, slot] = o
             meta[M_FIB, slot] = h[IH_FIB]
-            meta[M_FLAGS, slot] = h[IH_FLAGS]
+            # F_INJ_L2 belongs to Linux's frames only: a packet that enters at a lookup
+            # never skips classification as one, whoever wrote its record
+            meta[M_FLAGS, slot] = h[IH_FLAGS] & ~F_INJ_L2
             v4 = h[IH_FAMILY] == 4
             if v4:
                 meta[M_NEXT, slot] = IP4_LOOKUP

@@ -8,10 +8,12 @@ worker reads before its data ring. All the port's sockets (every worker's data r
 worker 0's control ring) are one PACKET_FANOUT group in PACKET_FANOUT_CBPF mode, and this
 program, run once per frame by the kernel, returns the index of the socket that gets it:
 
-- the control ring (index ``n_data``): frames sent to a broadcast or multicast MAC (ARP
-  requests; ND, OSPF's 224.0.0.5/6, ff02::/16, MLD), ARP, IPv6 to a link-local destination
-  (fe80::/10: ND, BGP unnumbered) and IPv4/IPv6 to one of the router's own addresses
-  (:func:`control_addresses`);
+- the control ring (index ``n_data``): ARP; IPv4 to one of the router's addresses
+  (:func:`control_addresses`), to 224.0.0.0/24 (OSPF, VRRP) or to 255.255.255.255; IPv6
+  to one of the router's addresses, to fe80::/10 (ND, BGP unnumbered) or to ff02::/16 (ND,
+  MLD, OSPFv3); other protocols sent to a broadcast or multicast MAC (LLDP, STP, IS-IS).
+  Transit multicast (239.0.0.0/8, ff0e::/16, ...) is not the router's business: it stays
+  on the data ring, so an IPTV stream cannot fill the control ring;
 - a data ring otherwise: with one worker index 0; with several, a symmetric hash of the
   addresses (and of the TCP/UDP/SCTP ports when the packet is not a fragment), so both
   directions of a flow meet the same worker, as PACKET_FANOUT_HASH does without control
@@ -25,7 +27,8 @@ loads), so a VLAN tag the device took out of the frame is not seen and a tagged 
 classified by its inner header, like an untagged one. A load past the end of the packet
 ends the program with 0: a frame too short for the field read goes to data ring 0, where
 the graph counts it. The graph does the same to a frame whichever ring it came from, so
-only the queueing changes.
+only the queueing changes; the worker reads at most a quarter of a vector from the
+control rings per pass, so a flood to the router's addresses cannot stop forwarding.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from collections.abc import Iterable
 
 from vecroute.fib.fib import address_routes
 
-__all__ = ["MAX_INSNS", "control_addresses", "fprog", "program"]
+__all__ = ["MAX_INSNS", "control_addresses", "fit", "fprog", "program"]
 
 #: the kernel's BPF_MAXINSNS
 MAX_INSNS = 4096
@@ -51,6 +54,7 @@ _LD_MEM = 0x60
 _LDX_MEM = 0x61
 _ST = 0x02
 _TAX = 0x07
+_TXA = 0x87
 _ALU_AND_K = 0x54
 _ALU_RSH_K = 0x74
 _ALU_XOR_X = 0xAC
@@ -75,8 +79,8 @@ def control_addresses(interfaces: Iterable) -> tuple[list[int], list[bytes]]:
     """The router's own destination addresses over all its interfaces (a packet to any
     of them arriving on any port is for the router): each interface address, its IPv4
     directed broadcasts and its IPv6 subnet-router anycast (the same set the FIB installs
-    as local, broadcast and anycast routes). Sorted, without repeats: equal sets give
-    equal programs."""
+    as local, broadcast and anycast routes), less the link-local ones the program takes
+    as a prefix. Sorted, without repeats: equal sets give equal programs."""
     v4: set[int] = set()
     v6: set[bytes] = set()
     for itf in interfaces:
@@ -86,7 +90,7 @@ def control_addresses(interfaces: Iterable) -> tuple[list[int], list[bytes]]:
                     continue
                 if net.version == 4:
                     v4.add(int(net.network_address))
-                else:
+                elif not net.network_address.is_link_local:
                     v6.add(net.network_address.packed)
     return sorted(v4), sorted(v6)
 
@@ -109,7 +113,7 @@ class _Asm:
         for pc, (code, jt, jf, k) in enumerate(self.out):
             jt, jf, k = (self.labels[x] - pc - 1 if isinstance(x, str) else x
                          for x in (jt, jf, k))
-            if not (0 <= jt <= 255 and 0 <= jf <= 255):
+            if not (0 <= jt <= 255 and 0 <= jf <= 255 and k >= 0):  # forward only
                 raise AssertionError(f"jump out of range at {pc}")
             prog.append((code, jt, jf, k))
         return prog
@@ -118,40 +122,46 @@ class _Asm:
 def program(v4: list[int], v6: list[bytes], n_data: int) -> list[tuple[int, int, int, int]]:
     """The fanout program of a port with ``n_data`` data rings (one per worker) and a
     control ring after them: a list of sock_filter (code, jt, jf, k). Raises ValueError
-    past the kernel's MAX_INSNS."""
+    past the kernel's MAX_INSNS (:func:`fit` keeps the addresses that fit)."""
     if n_data < 1:
         raise ValueError(f"n_data must be >= 1, not {n_data}")
     ctl = n_data
     a = _Asm()
-    a(_LD_W_ABS, k=_AD_PKTTYPE)
-    a(_JEQ_K, "ctl", 0, 1)  # broadcast
-    a(_JEQ_K, "ctl", 0, 2)  # multicast
     a(_LD_W_ABS, k=_AD_PROTOCOL)
     a(_JEQ_K, "ctl", 0, ETH_ARP)
     a(_JEQ_K, 0, 1, ETH_IP4)
     a(_JA, k="v4")
-    a(_JEQ_K, 0, "data", ETH_IP6)
+    a(_JEQ_K, 0, 1, ETH_IP6)
     a(_JA, k="v6")
+    a(_LD_W_ABS, k=_AD_PKTTYPE)  # another protocol: a link-layer group (LLDP, STP, ...)
+    a(_JEQ_K, "ctl", 0, 1)  # broadcast
+    a(_JEQ_K, "ctl", 0, 2)  # multicast
+    a(_RET_K, k=0)
     a.label("ctl")
     a(_RET_K, k=ctl)
-    a.label("data")
-    if n_data == 1:
-        a(_RET_K, k=0)
-    else:
-        a(_JA, k="hash")
     a.label("v4")
     a(_LD_W_ABS, k=16)  # destination address
+    a(_JEQ_K, 0, 1, 0xFFFFFFFF)  # the limited broadcast (DHCP, ...)
+    a(_RET_K, k=ctl)
     for addr in v4:
         a(_JEQ_K, 0, 1, addr)
         a(_RET_K, k=ctl)
+    a(_ALU_AND_K, k=0xFFFFFF00)
+    a(_JEQ_K, 0, 1, 0xE0000000)  # 224.0.0.0/24: link-local multicast (OSPF, VRRP, ...)
+    a(_RET_K, k=ctl)
     if n_data == 1:
         a(_RET_K, k=0)
     else:
         a(_JA, k="hash4")
     a.label("v6")
     a(_LD_W_ABS, k=24)
+    a(_TAX)
     a(_ALU_AND_K, k=0xFFC00000)
-    a(_JEQ_K, 0, 1, 0xFE800000)  # fe80::/10
+    a(_JEQ_K, 0, 1, 0xFE800000)  # fe80::/10: ND, BGP unnumbered, OSPFv3
+    a(_RET_K, k=ctl)
+    a(_TXA)
+    a(_ALU_AND_K, k=0xFFFF0000)
+    a(_JEQ_K, 0, 1, 0xFF020000)  # ff02::/16: link-local multicast (ND, MLD, OSPFv3)
     a(_RET_K, k=ctl)
     for addr in v6:
         for i, w in enumerate(struct.unpack("!4I", addr)):  # a miss skips this address
@@ -173,11 +183,6 @@ def program(v4: list[int], v6: list[bytes], n_data: int) -> list[tuple[int, int,
 def _hash(a: _Asm, n_data: int) -> None:
     """Data ring = a symmetric hash mod n_data: XOR of the address words, XORed with the
     XOR of the two ports unless the packet is a fragment (M[0]: the hash so far)."""
-    a.label("hash")
-    a(_LD_W_ABS, k=_AD_PROTOCOL)
-    a(_JEQ_K, "hash4", 0, ETH_IP4)
-    a(_JEQ_K, "hash6", 0, ETH_IP6)
-    a(_RET_K, k=0)
     a.label("hash4")
     a(_LD_W_ABS, k=12)
     a(_TAX)
@@ -226,6 +231,21 @@ def _hash(a: _Asm, n_data: int) -> None:
         a(_ALU_XOR_X)
     a(_ALU_MOD_K, k=n_data)
     a(_RET_A)
+
+
+def fit(v4: list[int], v6: list[bytes], n_data: int) -> tuple[list[int], list[bytes]]:
+    """The router addresses one program can steer (all of them unless there are some
+    hundreds): the IPv4 ones first (two instructions each), then IPv6 (nine)."""
+    while True:
+        try:
+            program(v4, v6, n_data)
+            return v4, v6
+        except ValueError:
+            over = len(program(v4[:0], v6[:0], n_data)) + 2 * len(v4) + 9 * len(v6) - MAX_INSNS
+            if v6:
+                v6 = v6[: max(0, len(v6) - max(1, -(-over // 9)))]
+            else:
+                v4 = v4[: max(0, len(v4) - max(1, -(-over // 2)))]
 
 
 def fprog(prog: list[tuple[int, int, int, int]]) -> tuple[bytes, object]:

@@ -2,13 +2,14 @@
 
 One call runs many batches: it empties the inject ring, walks every port's control ring
 (the frames for the router itself, io/control_filter.py: they never queue behind transit
-traffic), then every port's RX ring into the batch, runs the graph, writes each port's TX
-ring (or sendmmsg), hands punts to the control plane through the punt ring and signals its
-eventfd. It returns to Python only when the control plane asks (``W_REQ``: a new table to
-swap in, a firewall command), when its time slice ends (``W_SLICE_NS``: off in the router,
-tests set one), when the firewall's state table must grow, or to stop; packets arriving
-meanwhile wait in the kernel's rings. The loop holds no Python object and releases the GIL
-(``nogil``), so the control plane runs beside it in the same process.
+traffic; a quarter of the vector at most), then every port's RX ring into the batch, runs
+the graph, writes each port's TX ring (or sendmmsg), hands punts to the control plane
+through the punt ring and signals its eventfd. It returns to Python only when the control
+plane asks (``W_REQ``: a new table to swap in, a firewall command), when its time slice
+ends (``W_SLICE_NS``: off in the router, tests set one), when the firewall's state table
+must grow, or to stop; packets arriving meanwhile wait in the kernel's rings. The loop
+holds no Python object and releases the GIL (``nogil``), so the control plane runs beside
+it in the same process.
 
 Waiting (``W_POLICY``): *busy* never sleeps; *interrupt* sleeps in poll(2) as soon as a
 pass finds nothing; *adaptive* keeps spinning for ``W_SPIN_NS`` after the last packet
@@ -143,10 +144,13 @@ def forward_loop(
                           clock_ns(tsbuf, CLOCK_REALTIME))
         jumbo[R.J_USED] = 0  # the last batch has left: its jumbo slots are free
         injected = n
-        for c in range(n_ctl):  # first: what is for the router never waits behind transit
-            if n >= vector:
+        # first, what is for the router (it never waits behind transit), but a quarter of
+        # the vector at most: a flood to the router's addresses cannot stop forwarding
+        cmax = min(vector, n + max(1, vector >> 2))
+        for c in range(n_ctl):
+            if n >= cmax:
                 break
-            n += _rx(cports[c], buf, meta, ts, n, vector - n, cport_if[c], jumbo)
+            n += _rx(cports[c], buf, meta, ts, n, cmax - n, cport_if[c], jumbo)
         for p in range(n_ports):
             if n >= vector:
                 break
