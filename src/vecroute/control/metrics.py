@@ -197,9 +197,7 @@ class RouterCollector(Collector):
                          ["worker", "interface", "ring"])
         for w in workers:
             for sock in getattr(w, "socks", ()):
-                for ring, one in (("data", sock), ("control", sock.control)):
-                    if one is None:
-                        continue
+                for ring, one in sock.rings():
                     st = one.stats
                     labels = [str(w.index), sock.ifname, ring]
                     rx.add_metric(labels, int(st[S_RX_PACKETS]))

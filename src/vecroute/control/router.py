@@ -349,9 +349,7 @@ class LiveRouter:
         rows = []
         for w in self.workers:
             for s in w.socks:
-                for ring, sock in (("data", s), ("control", s.control)):
-                    if sock is None:
-                        continue
+                for ring, sock in s.rings():
                     st = sock.stats_dict()
                     rows.append({"worker": w.index, "interface": s.ifname, "ring": ring,
                                  **{k: st[k] for k in SOCKET_COLUMNS}})

@@ -477,6 +477,10 @@ class PacketSocket:
                                     fanout_mode="cbpf")
         return self.control
 
+    def rings(self) -> list[tuple[str, PacketSocket]]:
+        """("data", this socket) and, with one, ("control", its control ring)."""
+        return [("data", self)] + ([("control", self.control)] if self.control else [])
+
     def set_fanout_program(self, prog: list) -> None:
         """Install the cbpf fanout group's program (any member may; the new one replaces
         the old atomically, and until the first, every frame goes to the first member)."""

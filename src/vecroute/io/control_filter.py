@@ -236,16 +236,9 @@ def _hash(a: _Asm, n_data: int) -> None:
 def fit(v4: list[int], v6: list[bytes], n_data: int) -> tuple[list[int], list[bytes]]:
     """The router addresses one program can steer (all of them unless there are some
     hundreds): the IPv4 ones first (two instructions each), then IPv6 (nine)."""
-    while True:
-        try:
-            program(v4, v6, n_data)
-            return v4, v6
-        except ValueError:
-            over = len(program(v4[:0], v6[:0], n_data)) + 2 * len(v4) + 9 * len(v6) - MAX_INSNS
-            if v6:
-                v6 = v6[: max(0, len(v6) - max(1, -(-over // 9)))]
-            else:
-                v4 = v4[: max(0, len(v4) - max(1, -(-over // 2)))]
+    room = MAX_INSNS - len(program([], [], n_data))
+    n4 = min(len(v4), room // 2)
+    return v4[:n4], v6[: min(len(v6), (room - 2 * n4) // 9)]
 
 
 def fprog(prog: list[tuple[int, int, int, int]]) -> tuple[bytes, object]:
