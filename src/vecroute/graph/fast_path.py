@@ -1,39 +1,53 @@
-"""The fused common path: plain unicast IPv4/IPv6 forwarding in three passes over the vector.
+"""The fused common path: plain unicast IPv4/IPv6 forwarding and SRv6 in one set of passes.
 
-Most packets a router sees are valid unicast IPv4 or IPv6 without options or extension
-headers, for a destination with a resolved next hop on another port. For them, walking
-five nodes costs more than the work itself: every node re-reads the metadata, enqueues
-each packet and writes its next node (about 110 ns per IPv4 packet in node clocks). This
-pass does the same work for them in one go, straight from the received frame:
+Most packets a router sees are valid unicast IPv4 or IPv6 without options, for a
+destination with a resolved next hop on another port — or, on an SRv6 router, packets to
+steer into a policy or to one of its SIDs. For them, walking five to eight nodes costs more
+than the work itself: every node re-reads the metadata, enqueues each packet and writes its
+next node (about 110 ns per IPv4 packet in node clocks). This pass does the same work for
+them in one go, straight from the received frame:
 
 1. parse and validate (ethernet-input + ip4/ip6-input: destination MAC, RFC 1812 5.2.2
-   and RFC 8200 checks, the IPv4 header checksum, martians, TTL / hop limit),
+   and RFC 8200 checks, the IPv4 header checksum, martians, TTL / hop limit); an IPv6
+   packet may carry one SRH (routing type 4) right after its header,
 2. one vector lookup per family (the prefetching kernels ip4/ip6-lookup use),
-3. ECMP bucket, then, when the adjacency is a resolved rewrite within the port's MTU
-   (and, for a packet leaving by the port it came in on, no redirect is due): TTL / hop
-   limit with the RFC 1624 update, the L2 rewrite and the transmit list
+3. ECMP bucket and the adjacency, planned without writing anything:
+   - a resolved rewrite within the port's MTU (and, for a packet leaving by the port it came
+     in on, no redirect due): plain forwarding;
+   - an SR policy (srv6-encap, RFC 8986 5.1/5.2): segment list by flow hash, the first
+     hop from the list's cached route (the seed's dst_cache), outer header within the MTU
+     and the headroom;
+   - a local SID (srv6-localsid, RFC 8986 4.1-4.8): End / End.T / End.X with a valid SRH
+     and Segments Left > 0 (not PSP's pop), the decapsulations with SL = 0 and an inner
+     packet ip4/ip6-input would route with nothing to note;
+4. the second vector lookup for End / End.T (the next segment) and End.DT4/DT6/DT46 (the
+   inner destination in the SID's table) — RFC 8986's own second lookup, which the SID
+   requires; End.X and End.DX4/DX6 use the SID's adjacency,
+5. the commit: TTL / hop limit (RFC 1624 for IPv4), the SRH update or the outer header
+   copy (one memcpy of the precomputed header), the L2 rewrite and the transmit list
    (ip4/ip6-rewrite + interface-output).
 
-Anything else (errors, options, extension headers, fragments, multicast, link-local,
-local delivery, SRv6, unresolved or reply adjacencies, redirects, MTU, GSO, re-injected
-packets) is left in ethernet-input's frame untouched, and the graph handles it exactly
-as before. Nothing is written to a packet or its metadata before it is known to take this
-path, so a packet handed back is bit-for-bit as it arrived.
+Anything else (errors, options, other extension headers, fragments, multicast, link-local,
+local delivery, SRv6 error cases and PSP, unresolved or reply adjacencies, redirects, MTU,
+headroom moves, GSO, re-injected packets) is left in ethernet-input's frame untouched, and
+the graph handles it exactly as before. Nothing is written to a packet or its metadata
+before it is known to take this path, so a packet handed back is bit-for-bit as it arrived.
 
 With a firewall, fw-in classifies the candidates right after parsing and fw-out those
 about to leave, with the nodes' own code (graph/firewall.py fw_classify, fw_act). A
 classified packet cannot go back to ethernet-input (its rules were counted, its state
 kept): what the fused path does not forward then goes on from the node it would have
-reached, with the metadata ip4/ip6-input left. One difference with the nodes: within one
-batch, the candidates are classified before the packets that walk the nodes, so a
-keep-state rule created by a non-plain packet is seen by a plain one of the same batch
-only from the next batch on.
+reached, with the metadata ip4/ip6-input left; SRv6 adjacencies then take the nodes from
+the lookup on. One difference with the nodes: within one batch, the candidates are
+classified before the packets that walk the nodes, so a keep-state rule created by a
+non-plain packet is seen by a plain one of the same batch only from the next batch on.
 
 The counters are those the nodes would have raised (interface rx/tx, fib-lookups,
-ip4/ip6-forwarded, the firewall's) and ``show runtime`` keeps its per-node packets: the
-pass counts one call of each node it covers, and splits its clocks among them (see
-_account). The dispatcher skips this pass while a trace is selecting packets (every traced
-packet keeps its per-node trail) and when ``OPT_NO_FUSED`` is set.
+ip4/ip6-forwarded, srv6-encapsulated/end/decapsulated, the firewall's) and ``show runtime``
+keeps its per-node packets: the pass counts one call of each node it covers, and splits
+each pass's clocks among the nodes it stands for by their packets (see _account). The
+dispatcher skips this pass while a trace is selecting packets (every traced packet keeps
+its per-node trail) and when ``OPT_NO_FUSED`` is set.
 """
 
 import numpy as np
@@ -44,7 +58,7 @@ from vecroute.firewall.layout import DIR_IN, DIR_OUT, V_PASS
 from vecroute.graph import counters as C
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.firewall import fw_act, fw_classify
-from vecroute.graph.flow_hash import flow_hash4_at, flow_hash6_at
+from vecroute.graph.flow_hash import flow_hash4_at, flow_hash6_at, flow_hash6_dst
 from vecroute.graph.frames import enqueue
 from vecroute.graph.node_ids import (
     DONE_TX,
@@ -58,13 +72,30 @@ from vecroute.graph.node_ids import (
     IP6_INPUT,
     IP6_LOOKUP,
     IP6_REWRITE,
+    N_NODES,
+    SRV6_ENCAP,
+    SRV6_LOCALSID,
 )
 from vecroute.graph.rewrite import redirect4_wanted_at, redirect6_wanted_at
+from vecroute.graph.srv6_encap import first_hop_miss
+from vecroute.graph.srv6_localsid import (
+    END_DT4,
+    END_DT6,
+    END_DT46,
+    END_DX4,
+    END_DX6,
+    END_T,
+    END_X,
+    FLAVOR_PSP,
+)
 from vecroute.graph.state import (
     A_IF,
+    A_NH4,
     A_RWLEN,
     A_TYPE,
     ADJ_REWRITE,
+    ADJ_SRV6_ENCAP,
+    ADJ_SRV6_LOCALSID,
     FW_RUN_IN,
     FW_RUN_OUT,
     I_FIB4,
@@ -76,15 +107,28 @@ from vecroute.graph.state import (
     IFS_TX_PKTS,
     LB_N,
     LB_START,
+    LIST_HDRLEN,
+    LIST_SRH,
     NS_CALLS,
     NS_CLOCKS,
     NS_PACKETS,
+    OPT_FIB_GEN,
     OPT_FW,
+    POL_BN,
+    POL_BSTART,
+    SID_ADJ,
+    SID_BEHAVIOR,
+    SID_FIB4,
+    SID_FIB6,
+    SID_FLAVOR,
 )
 from vecroute.graph.token_bucket import has_token
 from vecroute.packet.batch import (
+    F_FW_SKIP,
+    F_HLIM_DONE,
     F_ICMP_ERROR,
     F_IP6,
+    L2_ROOM,
     M_ADJ,
     M_FIB,
     M_FLAGS,
@@ -98,6 +142,7 @@ from vecroute.packet.batch import (
     M_RX,
     M_TX,
     MAX_FRAME,
+    SLOT,
 )
 from vecroute.packet.checksum import fold, incremental_update
 from vecroute.packet.headers import (
@@ -112,11 +157,14 @@ from vecroute.packet.headers import (
     PROTO_HOPOPT,
     PROTO_ICMP,
     PROTO_ICMPV6,
+    PROTO_IPIP,
+    PROTO_IPV6,
     PROTO_ROUTING,
     rd16,
     rd32,
     rd64,
     wr16,
+    wr32,
 )
 from vecroute.packet.intrinsics import memcpy
 
@@ -137,7 +185,7 @@ def _plain4(buf, l3, avail) -> bool:
     """An IPv4 packet ip4-input would route with nothing to note: IHL 5, lengths, header
     checksum (five 32-bit words summed, RFC 1071), no fragment, unicast source and
     destination outside 0/8, 127/8, 169.254/16 and 224/3, TTL above 1."""
-    if buf[l3] != 0x45:
+    if avail < IP4_HLEN or buf[l3] != 0x45:
         return False
     tot = np.int64(rd16(buf, l3 + 2))
     if tot < IP4_HLEN or tot > avail:
@@ -159,17 +207,20 @@ def _plain4(buf, l3, avail) -> bool:
 
 
 @njit(cache=True, inline="always")
-def _plain6(buf, l3, avail) -> bool:
-    """An IPv6 packet ip6-input would route with nothing to note: lengths, no extension
-    header, source and destination neither in 00xx::/8 (unspecified, loopback, ...) nor
-    multicast nor link-local, hop limit above 1."""
-    if (buf[l3] >> 4) != 6 or avail < IP6_HLEN:
+def _ext_header(nh) -> bool:
+    """An extension header ip6-input walks (the upper layer is past it)."""
+    return (nh == PROTO_HOPOPT or nh == PROTO_ROUTING or nh == PROTO_FRAGMENT
+            or nh == PROTO_DSTOPTS or nh == PROTO_AH)
+
+
+@njit(cache=True, inline="always")
+def _unicast6(buf, l3, avail) -> bool:
+    """An IPv6 header ip6-input would route with nothing to note, its extension headers
+    aside: lengths, source and destination neither in 00xx::/8 (unspecified, loopback,
+    ...) nor multicast nor link-local, hop limit above 1."""
+    if avail < IP6_HLEN or (buf[l3] >> 4) != 6:
         return False
     if IP6_HLEN + np.int64(rd16(buf, l3 + 4)) > avail:
-        return False
-    nh = buf[l3 + 6]
-    if (nh == PROTO_HOPOPT or nh == PROTO_ROUTING or nh == PROTO_FRAGMENT
-            or nh == PROTO_DSTOPTS or nh == PROTO_AH):
         return False
     if buf[l3 + 7] <= 1:
         return False
@@ -183,53 +234,160 @@ def _plain6(buf, l3, avail) -> bool:
 
 
 @njit(cache=True, inline="always")
-def _charge(node_stats, node, pkts, clocks) -> None:
-    """One call of ``node`` with ``pkts`` packets and ``clocks`` cycles (none: nothing)."""
-    if pkts > 0:
-        node_stats[node, NS_CALLS] += 1
-        node_stats[node, NS_PACKETS] += pkts
-        node_stats[node, NS_CLOCKS] += clocks
-
-
-@njit(cache=True)
-def _account(node_stats, parsed4, parsed6, fwin, looked4, looked6, fwout, fwd4, fwd6,
-             clk_parse, clk_fwin, clk_lookup, clk_fwout, clk_rewrite) -> None:
-    """The fused pass in ``show runtime``: the packets each node would have seen, and each
-    pass's clocks split among the nodes it stands for (two-node passes evenly, the
-    families in proportion to their packets)."""
-    p = max(parsed4 + parsed6, 1)
-    _charge(node_stats, ETHERNET_INPUT, parsed4 + parsed6, clk_parse // 2)
-    _charge(node_stats, IP4_INPUT, parsed4, clk_parse // 2 * parsed4 // p)
-    _charge(node_stats, IP6_INPUT, parsed6, clk_parse // 2 * parsed6 // p)
-    _charge(node_stats, FW_IN, fwin, clk_fwin)
-    lk = max(looked4 + looked6, 1)
-    _charge(node_stats, IP4_LOOKUP, looked4, clk_lookup * looked4 // lk)
-    _charge(node_stats, IP6_LOOKUP, looked6, clk_lookup * looked6 // lk)
-    _charge(node_stats, FW_OUT, fwout, clk_fwout)
-    f = max(fwd4 + fwd6, 1)
-    _charge(node_stats, IP4_REWRITE, fwd4, clk_rewrite // 2 * fwd4 // f)
-    _charge(node_stats, IP6_REWRITE, fwd6, clk_rewrite // 2 * fwd6 // f)
-    _charge(node_stats, INTERFACE_OUTPUT, fwd4 + fwd6, clk_rewrite // 2)
+def _plain6(buf, l3, avail) -> bool:
+    """_unicast6 with no extension header at all (an inner packet of a decapsulation)."""
+    return _unicast6(buf, l3, avail) and not _ext_header(buf[l3 + 6])
 
 
 @njit(cache=True, inline="always")
-def _icmp_error_flag(buf, l3, iplen, proto, ip6) -> int:
+def _srh6(buf, l3, end) -> np.int64:
+    """The upper-layer offset of an IPv6 packet with at most one extension header, an SRH
+    (routing type 4) right after the IPv6 header, within the packet and followed by no
+    other extension header; -1 for anything else (the nodes walk it)."""
+    nh = buf[l3 + 6]
+    if nh != PROTO_ROUTING:
+        return -1 if _ext_header(nh) else l3 + IP6_HLEN
+    p = l3 + IP6_HLEN
+    if p + 8 > end or buf[p + 2] != 4:
+        return -1
+    l4 = p + (np.int64(buf[p + 1]) + 1) * 8
+    if l4 > end or _ext_header(buf[p]):
+        return -1
+    return l4
+
+
+@njit(cache=True, inline="always")
+def _icmp_error_flag(buf, l4, end, proto, ip6) -> int:
     """F_ICMP_ERROR when the packet is an ICMP error message (as ip4/ip6-input decide)."""
     if ip6:
-        if proto == PROTO_ICMPV6 and iplen > IP6_HLEN and buf[l3 + IP6_HLEN] < 128:
+        if proto == PROTO_ICMPV6 and l4 < end and buf[l4] < 128:
             return F_ICMP_ERROR
         return 0
-    if proto == PROTO_ICMP and iplen > IP4_HLEN:
-        t = buf[l3 + IP4_HLEN]  # ip4-input's is_icmp4_error_type
+    if proto == PROTO_ICMP and l4 < end:
+        t = buf[l4]  # ip4-input's is_icmp4_error_type
         if t == 3 or t == 4 or t == 5 or t == 11 or t == 12 or t > 18:
             return F_ICMP_ERROR
     return 0
 
 
+@njit(cache=True, inline="always")
+def _hash(buf, l3, l4, end, proto, ip6) -> np.uint32:
+    """The flow hash the lookup nodes compute (graph/flow_hash.py) from offsets."""
+    if ip6:
+        return flow_hash6_at(buf, l3, l4, end, proto, 0)
+    return flow_hash4_at(buf, l3, l4, end, proto, 0)
+
+
+@njit(cache=True, inline="always")
+def _bucket(lb, lbb, v, h) -> np.int64:
+    """The load-balance entry v's adjacency for flow hash h (lookup.pick_adjacency)."""
+    nb = lb[v, LB_N]
+    if nb == 1:
+        return np.int64(lbb[lb[v, LB_START]])
+    return np.int64(lbb[lb[v, LB_START] + np.int64(h % np.uint32(nb))])
+
+
+@njit(cache=True, inline="always")
+def _leaves(adj, ifc, a, iplen) -> bool:
+    """Adjacency a is a resolved rewrite whose port takes iplen bytes of IP."""
+    return a >= 0 and a < adj.shape[0] and adj[a, A_TYPE] == ADJ_REWRITE and iplen <= ifc[
+        adj[a, A_IF], I_MTU]
+
+
+# what a candidate's adjacency asks (kinds)
+K_PLAIN = 0  # forward
+K_ENCAP = 1  # H.Encaps / H.Encaps.Red, then forward by the first segment's route
+K_END = 2  # End / End.T: the next segment, looked up (again)
+K_END_X = 3  # End.X: the next segment, to the SID's adjacency
+K_DX = 4  # End.DX4 / End.DX6: the inner packet to the SID's adjacency
+K_DT = 5  # End.DT4 / End.DT6 / End.DT46: the inner packet, looked up in the SID's table
+
+
+@njit(cache=True, inline="always")
+def _plan_localsid(buf, l3, end, l4, ulp, sr_sid, sid):
+    """What srv6-localsid would do with this packet, when it is the common case: (kind,
+    offset, table column, inner is IPv6); kind -1 for anything the node must handle (no
+    SRH or SL 0 for End, a bad SRH, PSP's pop, a next segment we do not route here, SL not
+    0 for a decapsulation, an inner packet ip4/ip6-input would not route plainly). The
+    offset is the next segment's (End) or the inner packet's (decapsulations)."""
+    beh = sr_sid[sid, SID_BEHAVIOR]
+    srh = l3 + IP6_HLEN if buf[l3 + 6] == PROTO_ROUTING else -1
+    sl = np.int64(buf[srh + 3]) if srh >= 0 else 0
+    if beh <= END_T:
+        if sl == 0:
+            return -1, 0, 0, False
+        hel = np.int64(buf[srh + 1])
+        le = np.int64(buf[srh + 4])
+        if le > hel // 2 - 1 or sl > le + 1:
+            return -1, 0, 0, False
+        if sr_sid[sid, SID_FLAVOR] == FLAVOR_PSP and sl == 1:
+            return -1, 0, 0, False
+        seg = srh + 8 + 16 * (sl - 1)
+        if buf[seg] == 0xFF or buf[seg] == 0 or (buf[seg] == 0xFE and (buf[seg + 1] & 0xC0)
+                                                 == 0x80):
+            return -1, 0, 0, False
+        if beh == END_X:
+            return K_END_X, seg, SID_ADJ, True
+        return K_END, seg, SID_FIB6 if beh == END_T else -1, True
+    if sl != 0:
+        return -1, 0, 0, False
+    want6 = beh == END_DX6 or beh == END_DT6 or beh == END_DT46
+    want4 = beh == END_DX4 or beh == END_DT4 or beh == END_DT46
+    dx = beh == END_DX4 or beh == END_DX6
+    if ulp == PROTO_IPV6 and want6 and _plain6(buf, l4, end - l4):
+        return (K_DX if dx else K_DT), l4, SID_ADJ if dx else SID_FIB6, True
+    if ulp == PROTO_IPIP and want4 and _plain4(buf, l4, end - l4):
+        return (K_DX if dx else K_DT), l4, SID_ADJ if dx else SID_FIB4, False
+    return -1, 0, 0, False
+
+
+@njit(cache=True, inline="always")
+def _inner_len(buf, l3, six) -> np.int64:
+    """The IP length of the (validated) packet at l3."""
+    if six:
+        return IP6_HLEN + np.int64(rd16(buf, l3 + 4))
+    return np.int64(rd16(buf, l3 + 2))
+
+
+@njit(cache=True, inline="always")
+def _ttl_down(buf, l3, six) -> None:
+    """Hop limit - 1, or TTL - 1 with the RFC 1624 checksum update."""
+    if six:
+        buf[l3 + 7] -= 1
+    else:
+        old = rd16(buf, l3 + 8)
+        new = np.uint32(old - np.uint32(0x100))
+        wr16(buf, l3 + 8, new)
+        wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
+
+
+@njit(cache=True)
+def _account(node_stats, pk, clocks) -> None:
+    """The fused pass in ``show runtime``: one call of each node that saw packets, with the
+    packets it would have seen; each pass's clocks split among the nodes it stands for, by
+    their packets. The passes: parse (ethernet-input, ip4/ip6-input), fw-in, the lookups,
+    fw-out, the commit (rewrites, SRv6, interface-output)."""
+    groups = ((ETHERNET_INPUT, IP4_INPUT, IP6_INPUT, -1, -1), (FW_IN, -1, -1, -1, -1),
+              (IP4_LOOKUP, IP6_LOOKUP, -1, -1, -1), (FW_OUT, -1, -1, -1, -1),
+              (IP4_REWRITE, IP6_REWRITE, SRV6_ENCAP, SRV6_LOCALSID, INTERFACE_OUTPUT))
+    for g in range(5):
+        nodes = groups[g]
+        tot = 0
+        for n in nodes:
+            if n >= 0:
+                tot += pk[n]
+        for n in nodes:
+            if n >= 0 and pk[n] > 0:
+                node_stats[n, NS_CALLS] += 1
+                node_stats[n, NS_PACKETS] += pk[n]
+                node_stats[n, NS_CLOCKS] += clocks[g] * pk[n] // tot
+
+
 # the nodes this pass stands for: what it sends and counts, one of them declares
 # (tests/test_node_registry.py checks it)
 ACTS_FOR = ("ethernet-input", "ip4-input", "ip6-input", "fw-in", "ip4-lookup", "ip6-lookup",
-            "fw-out", "ip4-rewrite", "ip6-rewrite", "interface-output")
+            "srv6-encap", "srv6-localsid", "fw-out", "ip4-rewrite", "ip6-rewrite",
+            "interface-output")
 
 # what became of a candidate
 PENDING = 0  # still on the fused path
@@ -240,7 +398,7 @@ BACK = 3  # back to ethernet-input, untouched
 
 @njit(cache=True)
 def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -> None:
-    """Forward the plain packets of ethernet-input's frame; leave the rest in it.
+    """Forward the common packets of ethernet-input's frame; leave the rest in it.
 
     With a firewall (``fw``, its key and verdict scratch ``fwk``/``fwv``) the candidates
     are classified in the same pass (fw-in after parsing, fw-out with the adjacency
@@ -253,8 +411,12 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
     # the arrays once, out of dp: a dp access in a per-packet loop costs reference counts
     ifc, if_mac, if_ip6, if_stats, adj, lb, lbb, tb = (
         dp.ifc, dp.if_mac, dp.if_ip6, dp.if_stats, dp.adj, dp.lb, dp.lb_buckets, dp.icmp_tb)
+    sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache = (
+        dp.sr_sid, dp.sr_pol, dp.sr_bucket, dp.sr_list, dp.sr_hdr, dp.sr_cache)
+    gen = dp.opts[OPT_FIB_GEN]
     rwf = dp.adj_rw.reshape(-1)  # rows by offset: a row view per packet costs refcounts
     rww = np.int64(dp.adj_rw.shape[1])
+    hdrw = np.int64(sr_hdr.shape[1])
     fw_in = False
     fw_out = False
     if fw is not None:
@@ -264,15 +426,18 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
     t0 = readcyclecounter()
     # -- 1. parse and validate: the candidates, in arrival order
     # scratch rows in two allocations (one each would cost ~1 us a batch): per candidate
-    # its slot, its place in the frame, IP length, table, value, adjacency, flow hash;
-    # per family the lookup's inputs; flags: family, fate
-    sc = np.empty((18, k), np.int64)
+    # its slot, its place in the frame, IP length, table, value, adjacency, flow hash,
+    # upper-layer offset and protocol, kind, its kind's offset (next segment, inner packet,
+    # segment list); per family the lookups' inputs; flags: family, fate
+    sc = np.empty((23, k), np.int64)
     slot, pos, iplen, tab, val, adjs, hashes = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6]
     idx4, dst4, tab4, out4, idx6, hi6, lo6, tab6, out6 = (
         sc[7], sc[8], sc[9], sc[10], sc[11], sc[12], sc[13], sc[14], sc[15])
     work, back = sc[16], sc[17]  # fw-out's vector, and the candidate of each entry
-    fl = np.zeros((3, k), np.uint8)
-    ip6, state, keep = fl[0], fl[1], fl[2]
+    l4s, ulps, kinds, aux, ilen = sc[18], sc[19], sc[20], sc[21], sc[22]
+    fl = np.zeros((4, k), np.uint8)
+    ip6, state, keep, in6 = fl[0], fl[1], fl[2], fl[3]
+    pk = np.zeros(N_NODES, np.int64)  # packets per node, for show runtime
     nc = 0
     parsed4 = 0
     for j in range(k):
@@ -291,12 +456,21 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
                 continue
             iplen[nc] = rd16(buf, l3 + 2)
             tab[nc] = ifc[rx, I_FIB4]
+            l4s[nc] = l3 + IP4_HLEN
+            ulps[nc] = buf[l3 + 9]
+            ip6[nc] = False
             parsed4 += 1
         elif et == ETH_P_IPV6:
-            if not _plain6(buf, l3, ln - ETH_HLEN):
+            if not _unicast6(buf, l3, ln - ETH_HLEN):
                 continue
-            iplen[nc] = IP6_HLEN + np.int64(rd16(buf, l3 + 4))
+            n = IP6_HLEN + np.int64(rd16(buf, l3 + 4))
+            l4 = _srh6(buf, l3, l3 + n)
+            if l4 < 0:
+                continue
+            iplen[nc] = n
             tab[nc] = ifc[rx, I_FIB6]
+            l4s[nc] = l4
+            ulps[nc] = buf[l3 + IP6_HLEN] if l4 != l3 + IP6_HLEN else buf[l3 + 6]
             ip6[nc] = True
         else:
             continue
@@ -310,17 +484,19 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         for c in range(nc):
             i = slot[c]
             l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
-            proto = np.int32(buf[l3 + 9]) if not ip6[c] else np.int32(buf[l3 + 6])
             rx = meta[M_RX, i]
             if_stats[rx, IFS_RX_PKTS] += 1  # ethernet-input's, before the padding goes
             if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
             meta[M_LEN, i] = ETH_HLEN + iplen[c]
             meta[M_L3, i] = l3
-            meta[M_L4, i] = l3 + (IP6_HLEN if ip6[c] else IP4_HLEN)
-            meta[M_PROTO, i] = proto
+            meta[M_L4, i] = l4s[c]
+            meta[M_PROTO, i] = ulps[c]
             meta[M_FIB, i] = tab[c]
             meta[M_FLAGS, i] = (F_IP6 if ip6[c] else 0) | _icmp_error_flag(
-                buf, l3, iplen[c], proto, ip6[c])
+                buf, l4s[c], l3 + iplen[c], ulps[c], ip6[c])
+        pk[ETHERNET_INPUT] = nc
+        pk[IP4_INPUT] = parsed4
+        pk[IP6_INPUT] = parsed6
     t1 = readcyclecounter()
     # -- fw-in over the candidates
     if fw_in:
@@ -329,6 +505,7 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
             if fwv[0, c] != V_PASS:
                 fw_act(frames, frame_n, meta, slot[c], fwv[0, c], fwv[2, c], ip6[c] != 0)
                 state[c] = GONE
+        pk[FW_IN] = nc
     t2 = readcyclecounter()
     # -- 2. one vector lookup per family
     n4 = 0
@@ -356,8 +533,8 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         val[idx6[q]] = out6[q]
     t3 = readcyclecounter()
     # -- 3. the adjacency: one this path can finish, or the nodes take over
-    looked4 = 0
-    looked6 = 0
+    n4 = 0  # the second lookups (End, End.T, End.DTx), in the same arrays
+    n6 = 0
     for c in range(nc):
         if state[c] != PENDING:
             continue
@@ -368,28 +545,83 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
             rx = meta[M_RX, i]
             l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
             six = ip6[c] != 0
-            proto = np.int32(buf[l3 + 6]) if six else np.int32(buf[l3 + 9])
-            nb = lb[v, LB_N]
+            end = l3 + iplen[c]
             h = np.uint32(0)
-            if nb > 1:
-                if six:
-                    h = flow_hash6_at(buf, l3, l3 + IP6_HLEN, l3 + iplen[c], proto, 0)
-                else:
-                    h = flow_hash4_at(buf, l3, l3 + IP4_HLEN, l3 + iplen[c], proto, 0)
-                a = lbb[lb[v, LB_START] + np.int64(h % np.uint32(nb))]
-            else:
-                a = lbb[lb[v, LB_START]]
-            ifx = adj[a, A_IF]
-            flags = _icmp_error_flag(buf, l3, iplen[c], proto, six)
-            if adj[a, A_TYPE] != ADJ_REWRITE or iplen[c] > ifc[ifx, I_MTU]:
+            if lb[v, LB_N] > 1:
+                h = _hash(buf, l3, l4s[c], end, ulps[c], six)
+            a = _bucket(lb, lbb, v, h)
+            t = adj[a, A_TYPE]
+            kinds[c] = K_PLAIN
+            if t == ADJ_REWRITE:
+                ifx = adj[a, A_IF]
+                if iplen[c] > ifc[ifx, I_MTU]:
+                    ok = False
+                elif ifx == rx:  # back out the way it came: the node would send a redirect?
+                    flags = _icmp_error_flag(buf, l4s[c], end, ulps[c], six)
+                    if six:
+                        ok = not redirect6_wanted_at(buf, l3, ETH_HLEN, rx, flags | F_IP6,
+                                                     ifc, adj, if_ip6, a)
+                    else:
+                        ok = not (redirect4_wanted_at(buf, l3, rx, flags, ifc, adj, a)
+                                  and has_token(tb, now))
+            elif staged:
+                ok = False  # SRv6 with a firewall: the nodes from the lookup on
+            elif t == ADJ_SRV6_ENCAP:  # srv6-encap: its segment list, its first hop
                 ok = False
-            elif ifx == rx:  # back out the way it came: the node would send a redirect?
-                if six:
-                    ok = not redirect6_wanted_at(buf, l3, ETH_HLEN, rx, flags | F_IP6, ifc,
-                                                 adj, if_ip6, a)
-                else:
-                    ok = not (redirect4_wanted_at(buf, l3, rx, flags, ifc, adj, a)
-                              and has_token(tb, now))
+                pol = adj[a, A_NH4]
+                nb = sr_pol[pol, POL_BN]
+                if nb > 0:
+                    if h == 0:
+                        h = _hash(buf, l3, l4s[c], end, ulps[c], six)
+                    lst = sr_bucket[sr_pol[pol, POL_BSTART] + np.int64(h % np.uint32(nb))]
+                    if sr_cache[lst, 0] != gen:  # the node would refresh it just the same
+                        first_hop_miss(dp.fib6_roots, dp.fib6_groups, sr_list, sr_hdr,
+                                       sr_cache, lst, gen)
+                    hl = np.int64(sr_list[lst, LIST_HDRLEN])
+                    if sr_cache[lst, 1] >= 0 and l3 - hl - L2_ROOM >= i * SLOT:
+                        a = _bucket(lb, lbb, sr_cache[lst, 1], h)
+                        ok = _leaves(adj, ifc, a, iplen[c] + hl)
+                        kinds[c] = K_ENCAP
+                        aux[c] = lst
+            elif t == ADJ_SRV6_LOCALSID and six:  # srv6-localsid: End, End.X, End.T, decaps
+                sid = adj[a, A_NH4]
+                kd, off, col, inner6 = _plan_localsid(buf, l3, end, l4s[c], ulps[c], sr_sid,
+                                                      sid)
+                ok = kd >= 0
+                kinds[c] = kd
+                aux[c] = off
+                in6[c] = inner6
+                if kd == K_END_X or kd == K_DX:  # the SID's adjacency
+                    a = np.int64(sr_sid[sid, SID_ADJ])
+                    if kd == K_DX:
+                        ilen[c] = _inner_len(buf, off, inner6)
+                        ok = _leaves(adj, ifc, a, ilen[c]) and adj[a, A_IF] != rx
+                    else:
+                        ok = _leaves(adj, ifc, a, iplen[c])
+                elif kd == K_END:  # the next segment, in this table or the SID's
+                    if col >= 0:
+                        tab[c] = sr_sid[sid, col]
+                    idx6[n6] = c
+                    hi6[n6] = rd64(buf, off)
+                    lo6[n6] = rd64(buf, off + 8)
+                    tab6[n6] = tab[c]
+                    n6 += 1
+                elif kd == K_DT:  # the inner destination, in the SID's table
+                    tab[c] = sr_sid[sid, col]
+                    ilen[c] = _inner_len(buf, off, inner6)
+                    if inner6:
+                        idx6[n6] = c
+                        hi6[n6] = rd64(buf, off + 24)
+                        lo6[n6] = rd64(buf, off + 32)
+                        tab6[n6] = tab[c]
+                        n6 += 1
+                    else:
+                        idx4[n4] = c
+                        dst4[n4] = rd32(buf, off + 16)
+                        tab4[n4] = tab[c]
+                        n4 += 1
+            else:
+                ok = False
             adjs[c] = a
             hashes[c] = h
         if not ok:
@@ -398,11 +630,43 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
                 state[c] = GONE
             else:
                 state[c] = BACK
-        elif ip6[c]:
-            looked6 += 1
-        else:
-            looked4 += 1
+        elif staged:
+            pk[IP6_LOOKUP if ip6[c] else IP4_LOOKUP] += 1
     t4 = readcyclecounter()
+    # -- 4. the second lookups: RFC 8986's own, for End / End.T and End.DTx
+    if n4 + n6 > 0:
+        lpm4_lookup_vec(dp.fib4_roots, dp.fib4_groups, tab4, dst4, n4, out4)
+        lpm6_lookup_vec(dp.fib6_roots, dp.fib6_groups, tab6, hi6, lo6, n6, out6)
+        for q in range(n4 + n6):
+            c = idx4[q] if q < n4 else idx6[q - n4]
+            if state[c] != PENDING:
+                continue
+            v = out4[q] if q < n4 else out6[q - n4]
+            ok = v >= 0
+            if ok:
+                i = slot[c]
+                l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
+                off = aux[c]
+                h = np.uint32(0)
+                if kinds[c] == K_END:
+                    if lb[v, LB_N] > 1:
+                        h = flow_hash6_dst(buf, l3, rd64(buf, off), rd64(buf, off + 8),
+                                           l4s[c], l3 + iplen[c], ulps[c], 0)
+                        hashes[c] = h
+                    a = _bucket(lb, lbb, v, h)
+                    ok = _leaves(adj, ifc, a, iplen[c])
+                else:  # the inner packet's own flow, as ip4/ip6-lookup hash it
+                    six = in6[c] != 0
+                    if lb[v, LB_N] > 1:
+                        h = _hash(buf, off, off + (IP6_HLEN if six else IP4_HLEN),
+                                  off + ilen[c], np.int64(buf[off + (6 if six else 9)]), six)
+                    hashes[c] = h
+                    a = _bucket(lb, lbb, v, h)
+                    ok = _leaves(adj, ifc, a, ilen[c]) and adj[a, A_IF] != meta[M_RX, i]
+                adjs[c] = a
+            if not ok:
+                state[c] = BACK
+    t5 = readcyclecounter()
     # -- fw-out over what would leave
     nout = 0
     if fw_out:
@@ -419,11 +683,16 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
                 c = back[q]
                 fw_act(frames, frame_n, meta, slot[c], fwv[0, q], fwv[2, q], ip6[c] != 0)
                 state[c] = GONE
-    t5 = readcyclecounter()
-    # -- the rewrite and the transmit list
+        pk[FW_OUT] = nout
+    t6 = readcyclecounter()
+    # -- 5. the commit: TTL, SRv6, the rewrite and the transmit list
     tx = txn[0]
     f4 = 0
     f6 = 0
+    lookups = 0
+    n_encap = 0
+    n_end = 0
+    n_decap = 0
     for c in range(nc):
         if state[c] != PENDING:
             continue
@@ -435,16 +704,84 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
         ln = iplen[c]
         six = ip6[c] != 0
-        if six:
+        kd = kinds[c]
+        if not staged:  # ethernet-input's count, before the padding goes
+            if_stats[rx, IFS_RX_PKTS] += 1
+            if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
+            pk[ETHERNET_INPUT] += 1
+            pk[IP6_INPUT if six else IP4_INPUT] += 1
+            pk[IP6_LOOKUP if six else IP4_LOOKUP] += 1
+        l4 = l4s[c]
+        proto = ulps[c]
+        flags = (F_IP6 if six else 0) | _icmp_error_flag(buf, l4, l3 + ln, proto, six)
+        fib = tab[c]
+        if kd == K_PLAIN:
+            _ttl_down(buf, l3, six)
+            lookups += 1
+        elif kd == K_ENCAP:  # RFC 8986 5.1: the inner TTL first, then the outer header
+            _ttl_down(buf, l3, six)
+            lst = aux[c]
+            hl = np.int64(sr_list[lst, LIST_HDRLEN])
+            h = np.uint32(hashes[c])
+            if six:
+                tc = ((np.uint32(buf[l3]) & np.uint32(0xF)) << np.uint32(4)) | (
+                    np.uint32(buf[l3 + 1]) >> np.uint32(4))
+                hlim = buf[l3 + 7]
+            else:
+                tc = np.uint32(buf[l3 + 1])
+                hlim = buf[l3 + 8]
+            n = l3 - hl
+            memcpy(buf, n, sr_hdr, lst * hdrw, hl)  # the header, once
+            wr32(buf, n, np.uint32(0x60000000) | (tc << np.uint32(20)) | (h & np.uint32(
+                0xFFFFF)))
+            wr16(buf, n + 4, hl - IP6_HLEN + ln)
+            buf[n + 7] = hlim
+            inner = PROTO_IPV6 if six else PROTO_IPIP
+            if sr_list[lst, LIST_SRH]:
+                buf[n + IP6_HLEN] = inner
+                proto = PROTO_ROUTING
+            else:
+                buf[n + 6] = inner
+                proto = inner
+            l3 = n
+            l4 = n + IP6_HLEN
+            ln = hl + ln
+            six = True
+            flags = F_IP6 | F_HLIM_DONE | F_FW_SKIP
+            lookups += 1
+            n_encap += 1
+            pk[SRV6_ENCAP] += 1
+        elif kd == K_END or kd == K_END_X:  # RFC 8986 4.1: SL - 1, the next segment
             buf[l3 + 7] -= 1
-            proto = np.int32(buf[l3 + 6])
+            buf[l3 + IP6_HLEN + 3] -= 1
+            off = aux[c]
+            for b in range(16):
+                buf[l3 + 24 + b] = buf[off + b]
+            flags |= F_HLIM_DONE
+            lookups += 2 if kd == K_END else 1
+            n_end += 1
+            pk[SRV6_LOCALSID] += 1
+            if kd == K_END:
+                pk[IP6_LOOKUP] += 1
+        else:  # RFC 8986 4.4-4.8: the inner packet on, as ip4/ip6-input leave it
+            l3 = aux[c]
+            six = in6[c] != 0
+            ln = ilen[c]
+            l4 = l3 + (IP6_HLEN if six else IP4_HLEN)
+            proto = np.int64(buf[l3 + (6 if six else 9)])
+            flags = (F_IP6 if six else 0) | _icmp_error_flag(buf, l4, l3 + ln, proto, six)
+            _ttl_down(buf, l3, six)
+            if kd == K_DX:
+                lookups += 1
+            else:
+                lookups += 2
+            n_decap += 1
+            pk[SRV6_LOCALSID] += 1
+            pk[IP6_INPUT if six else IP4_INPUT] += 1
+            pk[IP6_LOOKUP if six else IP4_LOOKUP] += 1
+        if six:
             f6 += 1
         else:
-            old = rd16(buf, l3 + 8)
-            new = np.uint32(old - np.uint32(0x100))
-            wr16(buf, l3 + 8, new)
-            wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
-            proto = np.int32(buf[l3 + 9])
             f4 += 1
         rw = np.int64(adj[a, A_RWLEN])
         out = l3 - rw
@@ -452,15 +789,12 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
             memcpy(buf, out, rwf, a * rww, ETH_HLEN)
         else:
             memcpy(buf, out, rwf, a * rww, rw)
-        if not staged:  # what ip4/ip6-input would have noted (staged: done above)
-            if_stats[rx, IFS_RX_PKTS] += 1
-            if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
+        if not staged:  # what the nodes would have noted (staged: done above)
             meta[M_L3, i] = l3
-            meta[M_L4, i] = l3 + (IP6_HLEN if six else IP4_HLEN)
+            meta[M_L4, i] = l4
             meta[M_PROTO, i] = proto
-            meta[M_FIB, i] = tab[c]
-            meta[M_FLAGS, i] = (F_IP6 if six else 0) | _icmp_error_flag(buf, l3, ln, proto,
-                                                                        six)
+            meta[M_FIB, i] = fib
+            meta[M_FLAGS, i] = flags
         if_stats[ifx, IFS_TX_PKTS] += 1
         if_stats[ifx, IFS_TX_BYTES] += rw + ln
         meta[M_OFF, i] = out
@@ -472,6 +806,9 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         txl[tx] = i
         tx += 1
     txn[0] = tx
+    pk[IP4_REWRITE] += f4
+    pk[IP6_REWRITE] += f6
+    pk[INTERFACE_OUTPUT] += f4 + f6
     # what goes back to ethernet-input, in arrival order
     keep[:] = 1
     for c in range(nc):
@@ -483,14 +820,18 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
             frames[ETHERNET_INPUT, rest] = frames[ETHERNET_INPUT, j]
             rest += 1
     frame_n[ETHERNET_INPUT] = rest
-    t6 = readcyclecounter()
+    t7 = readcyclecounter()
     counters = dp.counters
-    counters[C.C_FIB_LOOKUPS] += looked4 + looked6
+    counters[C.C_FIB_LOOKUPS] += (pk[IP4_LOOKUP] + pk[IP6_LOOKUP]) if staged else lookups
     counters[C.C_IP4_FORWARDED] += f4
     counters[C.C_IP6_FORWARDED] += f6
-    if not staged:  # only what left counts at the parsing nodes
-        parsed4 = f4
-        parsed6 = f6
-    _account(dp.node_stats, parsed4, parsed6, nc if fw_in else 0, looked4, looked6, nout,
-             f4, f6, np.int64(t1 - t0), np.int64(t2 - t1), np.int64(t3 - t2) + np.int64(
-                 t4 - t3), np.int64(t5 - t4), np.int64(t6 - t5))
+    counters[C.C_SRV6_ENCAPSULATED] += n_encap
+    counters[C.C_SRV6_END] += n_end
+    counters[C.C_SRV6_DECAPSULATED] += n_decap
+    clocks = np.empty(5, np.int64)
+    clocks[0] = np.int64(t1 - t0)
+    clocks[1] = np.int64(t2 - t1)
+    clocks[2] = np.int64(t3 - t2) + np.int64(t4 - t3) + np.int64(t5 - t4)
+    clocks[3] = np.int64(t6 - t5)
+    clocks[4] = np.int64(t7 - t6)
+    _account(dp.node_stats, pk, clocks)

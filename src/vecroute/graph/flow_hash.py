@@ -55,14 +55,21 @@ def flow_hash4_at(buf, l3, l4, end, proto, frag) -> np.uint32:
 
 
 @njit(cache=True, inline="always")
-def flow_hash6_at(buf, l3, l4, end, proto, frag) -> np.uint32:
-    """The IPv6 flow hash from the header offsets (see flow_hash4_at)."""
+def flow_hash6_dst(buf, l3, dst_hi, dst_lo, l4, end, proto, frag) -> np.uint32:
+    """The IPv6 flow hash of the packet at l3 as it will be once its destination is
+    (dst_hi, dst_lo): SRv6 End's second lookup, planned before the packet is changed."""
     # the four address words, each multiplied by its own odd constant so that swapping or
     # repeating words does not cancel out, then two mixing rounds (was nine: 40 ns/packet)
-    a = (rd64(buf, l3 + 8) * _K1 + rd64(buf, l3 + 16) * _K2 + rd64(buf, l3 + 24) * _K3
-         + rd64(buf, l3 + 32) * _K4)
+    a = rd64(buf, l3 + 8) * _K1 + rd64(buf, l3 + 16) * _K2 + dst_hi * _K3 + dst_lo * _K4
     b = (_ports_at(buf, l4, end, proto, frag) << np.uint64(8)) | np.uint64(proto & 0xFF)
     return _nonzero32(mix64(a ^ mix64(b)))
+
+
+@njit(cache=True, inline="always")
+def flow_hash6_at(buf, l3, l4, end, proto, frag) -> np.uint32:
+    """The IPv6 flow hash from the header offsets (see flow_hash4_at)."""
+    return flow_hash6_dst(buf, l3, rd64(buf, l3 + 24), rd64(buf, l3 + 32), l4, end, proto,
+                          frag)
 
 
 @njit(cache=True)

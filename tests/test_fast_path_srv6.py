@@ -1,0 +1,197 @@
+"""SRv6 on the fused common path (graph/fast_path.py) against the node graph.
+
+The oracle is the node graph with the fused path off (``OPT_NO_FUSED``), as in
+tests/test_fast_path.py: the same frames into two routers built from the SRv6 test
+network of tests/test_srv6.py must give the same frames out (bytes, port, order), every
+counter, the interface statistics, each packet's fate and the packets per node. The
+corpus holds every head-end and endpoint behaviour the fused path takes (H.Encaps and
+.Red with IPv4 and IPv6 inner packets, End, End.T, End.X, End.DX4/DX6/DT4/DT6/DT46, ECMP
+after End and after a decapsulation, transit SRH packets), every case it must leave to the
+nodes (SL 0, bad SRH, PSP's pop, hop limit, MTU, no route, bad inner packets, our own
+SID as next segment, decapsulations leaving by the port they came in on), and random byte
+mutations of all of them, mixed in the same batches. tests/test_srv6.py checks the same
+behaviours byte by byte with scapy, with the fused path on.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import H0_IP4, H0_IP6, N1, R0_IP6, R1, Router, eth
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop
+from scapy.layers.l2 import Ether
+from test_fast_path import _observed
+from test_srv6 import (
+    BSIDS,
+    NEXT6,
+    POLICIES,
+    SEG3,
+    SID_DT4,
+    SID_DT6,
+    SID_DT46,
+    SID_DX4,
+    SID_DX6,
+    SID_END,
+    SID_END_PSP,
+    SID_IN_LOCATOR,
+    SID_T,
+    SID_X,
+    SID_X_PSP,
+    T5,
+    first_addr,
+    srv6_config,
+    srv6_pkt,
+)
+
+from vecroute.graph.node_ids import ETHERNET_INPUT
+from vecroute.graph.state import NS_CALLS, OPT_NO_FUSED
+
+ECMP_SEG = "2001:db8:400::9"  # a next segment with two next hops on eth1
+ECMP_T5_4 = "198.51.100.0/24"  # table 5: two next hops on eth4 (after End.DT4 / DT46)
+ECMP_T5_6 = "2001:db8:440::/48"
+
+
+def _config() -> dict:
+    cfg = srv6_config()
+    cfg["routes"] += [
+        {"prefix": "2001:db8:400::/48", "via": ["2001:db8:2::2", "2001:db8:2::4"]},
+        {"prefix": ECMP_T5_4, "via": ["192.0.2.194", "192.0.2.195"], "table": T5},
+        {"prefix": ECMP_T5_6, "via": ["2001:db8:5::2", "2001:db8:5::3"], "table": T5},
+    ]
+    cfg["neighbors"] += [
+        {"ip": "2001:db8:2::4", "mac": "02:00:00:00:bb:04", "interface": "eth1"},
+        {"ip": "192.0.2.195", "mac": "02:00:00:00:ee:03", "interface": "eth4"},
+        {"ip": "2001:db8:5::3", "mac": "02:00:00:00:ee:03", "interface": "eth4"},
+    ]
+    return cfg
+
+
+def _inner4(rng: random.Random, dst: str, ttl: int | None = None):
+    return IP(src=H0_IP4, dst=dst, ttl=ttl or rng.randrange(2, 64)) / UDP(
+        sport=rng.randrange(1024, 65536), dport=53) / (b"4" * rng.randrange(0, 40))
+
+
+def _inner6(rng: random.Random, dst: str, hlim: int | None = None):
+    return IPv6(src=H0_IP6, dst=dst, hlim=hlim or rng.randrange(2, 64)) / TCP(
+        sport=rng.randrange(1024, 65536), dport=443, flags="A")
+
+
+def _common(rng: random.Random):
+    """A packet of a random flow the fused path should take itself."""
+    pick = rng.randrange(13)
+    sport = rng.randrange(1024, 65536)
+    if pick <= 1:  # a head-end, IPv4 or IPv6 inner, any policy that has a route
+        name = rng.choice(["e1", "e2", "e3", "r1", "r2", "r3"])
+        _, _, v4, v6 = POLICIES[name]
+        if pick == 0:
+            return eth() / _inner4(rng, first_addr(v4, rng.randrange(1, 10)))
+        return eth() / _inner6(rng, first_addr(v6, rng.randrange(1, 99)))
+    if pick == 2:  # traffic to a binding SID is encapsulated too
+        return eth() / IPv6(src=H0_IP6, dst=BSIDS["e2"]) / UDP(sport=sport, dport=9)
+    if pick == 3:
+        return srv6_pkt(SID_END, [rng.choice([NEXT6, ECMP_SEG]), SEG3])
+    if pick == 4:
+        return srv6_pkt(SID_IN_LOCATOR, [NEXT6])
+    if pick == 5:
+        return srv6_pkt(SID_T, [NEXT6, SEG3])
+    if pick == 6:
+        return srv6_pkt(rng.choice([SID_X, SID_X_PSP]), [NEXT6, SEG3])
+    if pick == 7:
+        return srv6_pkt(SID_DX4, [], inner=_inner4(rng, "203.0.113.9"), sl=0, nh=4)
+    if pick == 8:
+        return srv6_pkt(SID_DX6, [], inner=_inner6(rng, "2001:db8:100::9"), sl=0, nh=41)
+    if pick == 9:
+        return srv6_pkt(rng.choice([SID_DT4, SID_DT46]), [],
+                        inner=_inner4(rng, rng.choice(["203.0.113.9", "198.51.100.7"])),
+                        sl=0, nh=4)
+    if pick == 10:
+        return srv6_pkt(rng.choice([SID_DT6, SID_DT46]), [],
+                        inner=_inner6(rng, rng.choice(["2001:db8:100::9", "2001:db8:440::7"])),
+                        sl=0, nh=41)
+    if pick == 11:  # a decapsulation with no SRH at all (H.Encaps.Red of one segment)
+        return eth() / IPv6(src=H0_IP6, dst=SID_DT6, nh=41) / _inner6(rng, "2001:db8:100::9")
+    # transit: an SRH whose active segment is not ours, forwarded as any packet
+    return srv6_pkt("2001:db8:100::77", [SEG3])
+
+
+def _exceptions(rng: random.Random) -> list:
+    """What the fused path must leave to the nodes (their counters tell each apart)."""
+    return [
+        srv6_pkt(SID_END, [], sl=0),  # SL 0: upper layer
+        srv6_pkt(SID_END, [NEXT6], inner=ICMPv6EchoRequest(), sl=0, nh=58),  # SL 0, ICMPv6
+        srv6_pkt(SID_END, [NEXT6, SEG3], sl=5),  # SL past Last Entry
+        srv6_pkt(SID_END, [NEXT6, SEG3], le=7),  # Last Entry past Hdr Ext Len
+        srv6_pkt(SID_END_PSP, [NEXT6]),  # PSP pops the SRH
+        srv6_pkt(SID_END, [NEXT6], hlim=1),
+        srv6_pkt(SID_END, ["ff02::1"]),  # a next segment we do not route plainly
+        srv6_pkt(SID_END, [SID_DT6], inner=_inner6(rng, "2001:db8:100::9"), nh=41),  # ours
+        srv6_pkt(SID_END, ["2001:db8:dead::1"]),  # no route to the next segment
+        srv6_pkt(SID_END, ["2001:db8:200::9"], inner=UDP() / (b"b" * 1300), nh=17),  # MTU
+        srv6_pkt(SID_DX4, [NEXT6], inner=_inner4(rng, "203.0.113.9"), nh=4),  # SL not 0
+        srv6_pkt(SID_DX4, [], inner=_inner6(rng, "2001:db8:100::9"), sl=0, nh=41),  # family
+        srv6_pkt(SID_DT4, [], inner=_inner4(rng, "203.0.113.9", ttl=1), sl=0, nh=4),
+        srv6_pkt(SID_DT6, [], inner=_inner6(rng, "2001:db8:100::9", hlim=1), sl=0, nh=41),
+        srv6_pkt(SID_DT4, [], inner=IP(src=H0_IP4, dst="203.0.113.9", chksum=1) / UDP(),
+                 sl=0, nh=4),
+        srv6_pkt(SID_DT6, [], inner=IPv6(src=H0_IP6, dst="2001:db8:100::9")
+                 / IPv6ExtHdrHopByHop() / UDP(), sl=0, nh=41),
+        srv6_pkt(SID_DT6, [], inner=_inner6(rng, "2001:db8:dead::9"), sl=0, nh=41),
+        srv6_pkt(SID_DT4, [], inner=_inner4(rng, "192.0.2.9"), sl=0, nh=4),  # no route
+        # a decapsulation back out of the port it came in on (the nodes check a redirect)
+        ("eth1", Ether(dst=R1, src=N1) / IPv6(src=H0_IP6, dst=SID_DX4, nh=4)
+         / _inner4(rng, "203.0.113.9")),
+        srv6_pkt(SID_DT6, [], inner=_inner6(rng, R0_IP6), sl=0, nh=41),  # for us
+        eth() / IPv6(src=H0_IP6, dst=SID_END) / IPv6ExtHdrHopByHop() / UDP(),
+        eth() / _inner4(rng, first_addr(POLICIES["small"][2]), ttl=9) / (b"m" * 1400),
+        eth() / IP(src=H0_IP4, dst=first_addr(POLICIES["e1"][2]), ttl=1) / UDP(),
+        eth() / IPv6(src=H0_IP6, dst=first_addr(POLICIES["noroute"][3])) / UDP(),
+        eth() / IPv6(src=H0_IP6, dst=first_addr(POLICIES["e3"][3])) / UDP() / (b"j" * 1440),
+    ]
+
+
+def _corpus(seed: int, n: int) -> list[tuple[str, bytes]]:
+    rng = random.Random(seed)
+    out = [p if isinstance(p, tuple) else ("eth0", p) for p in _exceptions(rng)]
+    out = [(rx, bytes(p)) for rx, p in out]
+    for _ in range(n):
+        f = bytearray(bytes(_common(rng)))
+        if rng.random() < 0.35:  # a lying field in the headers, the SRH or the inner packet
+            for _ in range(rng.randrange(1, 3)):
+                f[rng.randrange(0, min(len(f), 150))] = rng.randrange(256)
+        if rng.random() < 0.1:
+            f += bytes(rng.randrange(1, 20))  # Ethernet padding
+        out.append(("eth0", bytes(f)))
+    rng.shuffle(out)
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_fused_srv6_equals_the_node_graph(seed: int) -> None:
+    frames = _corpus(seed, 900)
+    fused, nodes = Router(_config()), Router(_config())
+    nodes.state.opts[OPT_NO_FUSED] = 1
+    a = _observed(fused, fused.run(frames, now_ns=10**9))
+    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
+    for key in a:
+        assert a[key] == b[key], key
+    c = a["counters"]
+    assert c["srv6-encapsulated"] > 100 and c["srv6-end"] > 200 and c[
+        "srv6-decapsulated"] > 200
+    for name in ("srv6-bad-srh", "srv6-sl-not-zero", "srv6-upper-layer", "ttl-expired",
+                 "mtu-exceeded", "no-route", "srv6-no-route", "ip4-bad-checksum"):
+        assert c.get(name, 0) > 0, name
+
+
+def test_common_srv6_packets_take_the_fused_path_alone() -> None:
+    """A batch of nothing but common SRv6 packets: all of them leave in the fused pass
+    (ethernet-input called once: no packet walked the nodes), and the same as the nodes."""
+    rng = random.Random(3)
+    frames = [bytes(_common(rng)) for _ in range(200)]
+    fused, nodes = Router(_config()), Router(_config())
+    nodes.state.opts[OPT_NO_FUSED] = 1
+    res = fused.run(frames, now_ns=10**9)
+    assert len(res.tx) == len(frames)
+    assert fused.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 1
+    assert _observed(fused, res) == _observed(nodes, nodes.run(frames, now_ns=10**9))
