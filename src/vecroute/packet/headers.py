@@ -5,7 +5,10 @@ at absolute byte offsets so that kernels never build Python objects per packet.
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
+
+from vecroute.packet.intrinsics import load_be16, load_be32, load_be64
 
 ETH_HLEN = 14
 ETH_P_IP = 0x0800
@@ -65,27 +68,60 @@ IP4_MIN_MTU = 68
 IP6_MIN_MTU = 1280
 
 
-@njit(cache=True, inline="always")
-def rd16(buf: np.ndarray, o: int) -> np.uint32:
+def _be(bits: int, contiguous, bytewise):  # type: ignore[no-untyped-def]
+    """A reader that takes the intrinsic load on a C-contiguous uint8 buffer (every packet
+    buffer) and reads byte by byte anything else (a strided view)."""
+
+    def read(buf, o):  # type: ignore[no-untyped-def]
+        raise NotImplementedError  # compiled code only
+
+    @overload(read, inline="always")
+    def _read(buf, o):  # type: ignore[no-untyped-def]
+        if isinstance(buf, types.Array) and buf.dtype == types.uint8 and buf.layout == "C":
+            return contiguous
+        return bytewise
+
+    read.__name__ = f"be{bits}"
+    return read
+
+
+def _bytes16(buf, o):  # type: ignore[no-untyped-def]
     return (np.uint32(buf[o]) << np.uint32(8)) | np.uint32(buf[o + 1])
 
 
-@njit(cache=True, inline="always")
-def rd32(buf: np.ndarray, o: int) -> np.uint32:
-    return (
-        (np.uint32(buf[o]) << np.uint32(24))
-        | (np.uint32(buf[o + 1]) << np.uint32(16))
-        | (np.uint32(buf[o + 2]) << np.uint32(8))
-        | np.uint32(buf[o + 3])
-    )
+def _bytes32(buf, o):  # type: ignore[no-untyped-def]
+    return ((np.uint32(buf[o]) << np.uint32(24)) | (np.uint32(buf[o + 1]) << np.uint32(16))
+            | (np.uint32(buf[o + 2]) << np.uint32(8)) | np.uint32(buf[o + 3]))
 
 
-@njit(cache=True, inline="always")
-def rd64(buf: np.ndarray, o: int) -> np.uint64:
+def _bytes64(buf, o):  # type: ignore[no-untyped-def]
     v = np.uint64(0)
     for k in range(8):
         v = (v << np.uint64(8)) | np.uint64(buf[o + k])
     return v
+
+
+_be16 = _be(16, lambda buf, o: np.uint32(load_be16(buf, o)), _bytes16)
+_be32 = _be(32, lambda buf, o: load_be32(buf, o), _bytes32)
+_be64 = _be(64, lambda buf, o: load_be64(buf, o), _bytes64)
+
+
+@njit(cache=True, inline="always")
+def rd16(buf: np.ndarray, o: int) -> np.uint32:
+    """The 16-bit network-order field at buf[o] (zero-extended to 32 bits)."""
+    return _be16(buf, o)
+
+
+@njit(cache=True, inline="always")
+def rd32(buf: np.ndarray, o: int) -> np.uint32:
+    """The 32-bit network-order field at buf[o]."""
+    return _be32(buf, o)
+
+
+@njit(cache=True, inline="always")
+def rd64(buf: np.ndarray, o: int) -> np.uint64:
+    """The 64-bit network-order field at buf[o]."""
+    return _be64(buf, o)
 
 
 @njit(cache=True, inline="always")
