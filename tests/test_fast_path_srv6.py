@@ -195,3 +195,25 @@ def test_common_srv6_packets_take_the_fused_path_alone() -> None:
     assert len(res.tx) == len(frames)
     assert fused.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 1
     assert _observed(fused, res) == _observed(nodes, nodes.run(frames, now_ns=10**9))
+
+
+def test_fused_srv6_with_a_firewall_equals_the_node_graph() -> None:
+    """With a firewall the fused path classifies the candidates (SRH packets among them) and
+    hands SRv6 adjacencies to the lookup node: still the node graph's result."""
+    cfg = _config()
+    cfg["firewall"] = {"default": "allow", "rules": [
+        "100 deny tcp from any to any 443 in",  # the head-ends' IPv6 inner packets
+        "200 deny udp from any to any 8 out xmit eth3",  # End.X's packets, at output
+        "300 allow ip from any to any",
+    ]}
+    frames = _corpus(5, 600)
+    fused, nodes = Router(cfg), Router(cfg)
+    nodes.state.opts[OPT_NO_FUSED] = 1
+    a = _observed(fused, fused.run(frames, now_ns=10**9))
+    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
+    for key in a:
+        assert a[key] == b[key], key
+    assert fused.firewall.show() == nodes.firewall.show(), "rule counters"
+    c = a["counters"]
+    assert c["fw-deny"] > 50 and c["srv6-end"] > 50 and c["srv6-decapsulated"] > 50
+    assert a["node_packets"].get("fw-in", 0) > 400

@@ -85,6 +85,7 @@ class Ports:
         self.state_dir = state_dir
         self._dir_fd = -1
         self._ports: list[_Port] = []
+        self.swept = 0
 
     def claim(self) -> None:
         """Lock every port, or raise PortError naming the one another router holds."""
@@ -193,9 +194,14 @@ class Ports:
                 pass  # held: someone uses it after all
             finally:
                 os.close(fd)
-        if swept:
+        self.swept = swept  # logged once start-up checks passed (log_sweep): a router
+        # that refuses to start says one line on stderr and nothing else
+
+    def log_sweep(self) -> None:
+        """Say how many records of vanished network namespaces claim() removed, if any."""
+        if self.swept:
             log.info("removed the records of %d port(s) of network namespaces that no "
-                     "longer exist", swept)
+                     "longer exist", self.swept)
 
     def _take_over(self, p: _Port) -> None:
         """A record on disk while we hold the lock: its run died without cleaning up."""

@@ -213,6 +213,8 @@ class LiveRouter:
             except OSError as e:
                 raise StartupError(f"[metrics] listen {cfg.metrics.listen}: "
                                    f"{e.strerror or e}") from None
+        if self.ports is not None:
+            self.ports.log_sweep()
         from vecroute.warmup import warm
 
         # no JIT pause on a first packet or ctl

@@ -595,6 +595,7 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
                 if kd == K_END_X or kd == K_DX:  # the SID's adjacency
                     a = np.int64(sr_sid[sid, SID_ADJ])
                     if kd == K_DX:
+                        h = np.uint32(0)  # the node drops the outer flow's hash at decap
                         ilen[c] = _inner_len(buf, off, inner6)
                         ok = _leaves(adj, ifc, a, ilen[c]) and adj[a, A_IF] != rx
                     else:
