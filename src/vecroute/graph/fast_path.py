@@ -77,7 +77,7 @@ from vecroute.graph.node_ids import (
     SRV6_LOCALSID,
 )
 from vecroute.graph.rewrite import redirect4_wanted_at, redirect6_wanted_at
-from vecroute.graph.srv6_encap import first_hop_miss
+from vecroute.graph.srv6_encap import first_hop_miss, write_outer
 from vecroute.graph.srv6_localsid import (
     END_DT4,
     END_DT6,
@@ -108,7 +108,6 @@ from vecroute.graph.state import (
     LB_N,
     LB_START,
     LIST_HDRLEN,
-    LIST_SRH,
     NS_CALLS,
     NS_CLOCKS,
     NS_PACKETS,
@@ -164,7 +163,6 @@ from vecroute.packet.headers import (
     rd32,
     rd64,
     wr16,
-    wr32,
 )
 from vecroute.packet.intrinsics import memcpy
 
@@ -276,6 +274,22 @@ def _hash(buf, l3, l4, end, proto, ip6) -> np.uint32:
     if ip6:
         return flow_hash6_at(buf, l3, l4, end, proto, 0)
     return flow_hash4_at(buf, l3, l4, end, proto, 0)
+
+
+@njit(cache=True, inline="always")
+def _gather(buf, l3, six, c, t, idx4, dst4, tab4, n4, idx6, hi6, lo6, tab6, n6):
+    """Queue candidate c's lookup of the destination of the packet at l3 in table t on its
+    family's vector; returns the vectors' new lengths."""
+    if six:
+        idx6[n6] = c
+        hi6[n6] = rd64(buf, l3 + 24)
+        lo6[n6] = rd64(buf, l3 + 32)
+        tab6[n6] = t
+        return n4, n6 + 1
+    idx4[n4] = c
+    dst4[n4] = rd32(buf, l3 + 16)
+    tab4[n4] = t
+    return n4 + 1, n6
 
 
 @njit(cache=True, inline="always")
@@ -417,7 +431,6 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
     f4r, f4g, f6r, f6g = dp.fib4_roots, dp.fib4_groups, dp.fib6_roots, dp.fib6_groups
     rwf = dp.adj_rw.reshape(-1)  # rows by offset: a row view per packet costs refcounts
     rww = np.int64(dp.adj_rw.shape[1])
-    hdrw = np.int64(sr_hdr.shape[1])
     fw_in = False
     fw_out = False
     if fw is not None:
@@ -514,18 +527,8 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
     for c in range(nc):
         if state[c] != PENDING:
             continue
-        l3 = np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN
-        if ip6[c]:
-            idx6[n6] = c
-            hi6[n6] = rd64(buf, l3 + 24)
-            lo6[n6] = rd64(buf, l3 + 32)
-            tab6[n6] = tab[c]
-            n6 += 1
-        else:
-            idx4[n4] = c
-            dst4[n4] = rd32(buf, l3 + 16)
-            tab4[n4] = tab[c]
-            n4 += 1
+        n4, n6 = _gather(buf, np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN, ip6[c] != 0, c,
+                         tab[c], idx4, dst4, tab4, n4, idx6, hi6, lo6, tab6, n6)
     lpm4_lookup_vec(f4r, f4g, tab4, dst4, n4, out4)
     lpm6_lookup_vec(f6r, f6g, tab6, hi6, lo6, n6, out6)
     for q in range(n4):
@@ -611,17 +614,8 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
                 elif kd == K_DT:  # the inner destination, in the SID's table
                     tab[c] = sr_sid[sid, col]
                     ilen[c] = _inner_len(buf, off, inner6)
-                    if inner6:
-                        idx6[n6] = c
-                        hi6[n6] = rd64(buf, off + 24)
-                        lo6[n6] = rd64(buf, off + 32)
-                        tab6[n6] = tab[c]
-                        n6 += 1
-                    else:
-                        idx4[n4] = c
-                        dst4[n4] = rd32(buf, off + 16)
-                        tab4[n4] = tab[c]
-                        n4 += 1
+                    n4, n6 = _gather(buf, off, inner6, c, tab[c], idx4, dst4, tab4, n4, idx6,
+                                     hi6, lo6, tab6, n6)
             else:
                 ok = False
             adjs[c] = a
@@ -722,32 +716,11 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
             lookups += 1
         elif kd == K_ENCAP:  # RFC 8986 5.1: the inner TTL first, then the outer header
             _ttl_down(buf, l3, six)
-            lst = aux[c]
-            hl = np.int64(sr_list[lst, LIST_HDRLEN])
-            h = np.uint32(hashes[c])
-            if six:
-                tc = ((np.uint32(buf[l3]) & np.uint32(0xF)) << np.uint32(4)) | (
-                    np.uint32(buf[l3 + 1]) >> np.uint32(4))
-                hlim = buf[l3 + 7]
-            else:
-                tc = np.uint32(buf[l3 + 1])
-                hlim = buf[l3 + 8]
-            n = l3 - hl
-            memcpy(buf, n, sr_hdr, lst * hdrw, hl)  # the header, once
-            wr32(buf, n, np.uint32(0x60000000) | (tc << np.uint32(20)) | (h & np.uint32(
-                0xFFFFF)))
-            wr16(buf, n + 4, hl - IP6_HLEN + ln)
-            buf[n + 7] = hlim
-            inner = PROTO_IPV6 if six else PROTO_IPIP
-            if sr_list[lst, LIST_SRH]:
-                buf[n + IP6_HLEN] = inner
-                proto = PROTO_ROUTING
-            else:
-                buf[n + 6] = inner
-                proto = inner
+            n, proto = write_outer(buf, l3, six, ln, np.uint32(hashes[c]), sr_hdr, sr_list,
+                                   aux[c])
+            ln += l3 - n
             l3 = n
             l4 = n + IP6_HLEN
-            ln = hl + ln
             six = True
             flags = F_IP6 | F_HLIM_DONE | F_FW_SKIP
             lookups += 1

@@ -99,6 +99,35 @@ def first_hop_miss(fib6_roots, fib6_groups, sr_list, sr_hdr, sr_cache, lst, gen)
     sr_cache[lst, 1] = v
 
 
+@njit(cache=True, inline="always")
+def write_outer(buf, l3, ip6, iplen, h, sr_hdr, sr_list, lst):
+    """Put segment list lst's precomputed outer header (IPv6, and the SRH unless it is a
+    one-segment .Red) in front of the inner packet at l3: one copy, then its payload
+    length, next header (41 or 4), hop limit and traffic class from the inner packet (whose
+    TTL was already decremented) and flow label from the flow hash h. Returns the outer
+    header's offset and the protocol after it (routing, or the inner packet's). The caller
+    has checked the headroom."""
+    if ip6:
+        tc = ((np.uint32(buf[l3]) & np.uint32(0xF)) << np.uint32(4)) | (
+            np.uint32(buf[l3 + 1]) >> np.uint32(4))
+        hlim = buf[l3 + 7]
+    else:
+        tc = np.uint32(buf[l3 + 1])
+        hlim = buf[l3 + 8]
+    hdrlen = np.int64(sr_list[lst, LIST_HDRLEN])
+    n = l3 - hdrlen
+    memcpy(buf, n, sr_hdr, np.int64(lst) * sr_hdr.shape[1], hdrlen)  # the header, once
+    wr32(buf, n, np.uint32(0x60000000) | (tc << np.uint32(20)) | (h & np.uint32(0xFFFFF)))
+    wr16(buf, n + 4, hdrlen - 40 + iplen)
+    buf[n + 7] = hlim
+    inner = PROTO_IPV6 if ip6 else PROTO_IPIP
+    if sr_list[lst, LIST_SRH]:
+        buf[n + 40] = inner
+        return n, PROTO_ROUTING
+    buf[n + 6] = inner
+    return n, inner
+
+
 @njit(cache=True)
 def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
     # the arrays are taken out of dp once: handing dp to an inlined helper per packet costs a
@@ -167,25 +196,8 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
                 new = np.uint32(old - np.uint32(0x100))
                 wr16(buf, l3 + 8, new)
                 wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
-        if ip6:
-            tc = ((np.uint32(buf[l3]) & np.uint32(0xF)) << np.uint32(4)) | (
-                np.uint32(buf[l3 + 1]) >> np.uint32(4))
-            hlim = buf[l3 + 7]
-        else:
-            tc = np.uint32(buf[l3 + 1])
-            hlim = buf[l3 + 8]
-        n = l3 - hdrlen
-        memcpy(buf, n, sr_hdr, np.int64(lst) * sr_hdr.shape[1], hdrlen)  # the header, once
-        wr32(buf, n, np.uint32(0x60000000) | (tc << np.uint32(20)) | (h & np.uint32(0xFFFFF)))
-        wr16(buf, n + 4, hdrlen - 40 + iplen)
-        buf[n + 7] = hlim
-        inner = PROTO_IPV6 if ip6 else PROTO_IPIP
-        if sr_list[lst, LIST_SRH]:
-            buf[n + 40] = inner
-            meta[M_PROTO, i] = PROTO_ROUTING
-        else:
-            buf[n + 6] = inner
-            meta[M_PROTO, i] = inner
+        n, proto = write_outer(buf, l3, ip6, iplen, h, sr_hdr, sr_list, lst)
+        meta[M_PROTO, i] = proto
         meta[M_OFF, i] = n
         meta[M_L3, i] = n
         meta[M_L4, i] = n + 40
