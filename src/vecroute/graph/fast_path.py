@@ -143,7 +143,7 @@ from vecroute.packet.batch import (
     MAX_FRAME,
     SLOT,
 )
-from vecroute.packet.checksum import fold, incremental_update
+from vecroute.packet.checksum import fold, ttl_decrement
 from vecroute.packet.headers import (
     ETH_HLEN,
     ETH_P_IP,
@@ -162,7 +162,6 @@ from vecroute.packet.headers import (
     rd16,
     rd32,
     rd64,
-    wr16,
 )
 from vecroute.packet.intrinsics import memcpy
 
@@ -361,18 +360,6 @@ def _inner_len(buf, l3, six) -> np.int64:
     if six:
         return IP6_HLEN + np.int64(rd16(buf, l3 + 4))
     return np.int64(rd16(buf, l3 + 2))
-
-
-@njit(cache=True, inline="always")
-def _ttl_down(buf, l3, six) -> None:
-    """Hop limit - 1, or TTL - 1 with the RFC 1624 checksum update."""
-    if six:
-        buf[l3 + 7] -= 1
-    else:
-        old = rd16(buf, l3 + 8)
-        new = np.uint32(old - np.uint32(0x100))
-        wr16(buf, l3 + 8, new)
-        wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
 
 
 @njit(cache=True)
@@ -712,10 +699,10 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         flags = (F_IP6 if six else 0) | _icmp_error_flag(buf, l4, l3 + ln, proto, six)
         fib = tab[c]
         if kd == K_PLAIN:
-            _ttl_down(buf, l3, six)
+            ttl_decrement(buf, l3, six)
             lookups += 1
         elif kd == K_ENCAP:  # RFC 8986 5.1: the inner TTL first, then the outer header
-            _ttl_down(buf, l3, six)
+            ttl_decrement(buf, l3, six)
             n, proto = write_outer(buf, l3, six, ln, np.uint32(hashes[c]), sr_hdr, sr_list,
                                    aux[c])
             ln += l3 - n
@@ -745,7 +732,7 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
             l4 = l3 + (IP6_HLEN if six else IP4_HLEN)
             proto = np.int64(buf[l3 + (6 if six else 9)])
             flags = (F_IP6 if six else 0) | _icmp_error_flag(buf, l4, l3 + ln, proto, six)
-            _ttl_down(buf, l3, six)
+            ttl_decrement(buf, l3, six)
             if kd == K_DX:
                 lookups += 1
             else:

@@ -62,7 +62,7 @@ from vecroute.packet.batch import (
     SLOT,
     alloc_slot,
 )
-from vecroute.packet.checksum import checksum, incremental_update, pseudo_header6
+from vecroute.packet.checksum import checksum, pseudo_header6, ttl_decrement
 from vecroute.packet.headers import (
     ETH_P_IP,
     ETH_P_IPV6,
@@ -379,10 +379,7 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
             enqueue(frames, frame_n, meta, NEIGHBOR_REQUEST, i)
             continue
         if not keep_ttl:
-            old = rd16(buf, l3 + 8)
-            new = np.uint32(old - np.uint32(0x100))
-            wr16(buf, l3 + 8, new)
-            wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
+            ttl_decrement(buf, l3, False)
         if not local:
             fwd += 1
         if need_frag:

@@ -53,7 +53,7 @@ from vecroute.packet.batch import (
     M_PROTO,
     SLOT,
 )
-from vecroute.packet.checksum import incremental_update
+from vecroute.packet.checksum import ttl_decrement
 from vecroute.packet.headers import (
     ICMP4_DEST_UNREACH,
     ICMP4_FRAG_NEEDED,
@@ -189,13 +189,7 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
             copy_bytes(buf, l3 + d, buf, l3, iplen)
             l3 += d
         if not (flags & (F_LOCAL_ORIGIN | F_HLIM_DONE)):
-            if ip6:
-                buf[l3 + 7] -= 1
-            else:
-                old = rd16(buf, l3 + 8)
-                new = np.uint32(old - np.uint32(0x100))
-                wr16(buf, l3 + 8, new)
-                wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
+            ttl_decrement(buf, l3, ip6)
         n, proto = write_outer(buf, l3, ip6, iplen, h, sr_hdr, sr_list, lst)
         meta[M_PROTO, i] = proto
         meta[M_OFF, i] = n

@@ -8,6 +8,8 @@ time and fold the carries once at the end (deferred carries, RFC 1071 section 2)
 import numpy as np
 from numba import njit
 
+from vecroute.packet.headers import rd16, wr16
+
 
 @njit(cache=True, inline="always")
 def fold(s: np.uint64) -> np.uint32:
@@ -74,3 +76,16 @@ def pseudo_header6(buf: np.ndarray, l3: int, proto: int, l4len: int) -> np.uint6
     """IPv6 pseudo-header sum (RFC 8200 section 8.1)."""
     s = sum_bytes(buf, l3 + 8, 32, np.uint64(0))
     return s + np.uint64(proto) + np.uint64(l4len)
+
+
+@njit(cache=True, inline="always")
+def ttl_decrement(buf: np.ndarray, l3: int, ip6: bool) -> None:
+    """Hop limit - 1, or TTL - 1 with the RFC 1624 update of the IPv4 header checksum (the
+    caller has checked it is above 1)."""
+    if ip6:
+        buf[l3 + 7] -= 1
+    else:
+        old = rd16(buf, l3 + 8)
+        new = np.uint32(old - np.uint32(0x100))
+        wr16(buf, l3 + 8, new)
+        wr16(buf, l3 + 10, incremental_update(rd16(buf, l3 + 10), old, new))
