@@ -323,27 +323,51 @@ def _flood(t, count: int, rng: random.Random) -> int:
     return len(frames)
 
 
-def _accounting(t) -> dict:
+def _accounting_snapshot(t) -> dict:
+    """One reading of the data path's identity (see _accounting). The ends are read
+    before the slots, so a packet that enters and ends while the three replies are read
+    shows as a slot without its end; only a batch that is between its drop counters and
+    its worker's packet count during the read can show the reverse."""
+    from vecroute.graph.counters import COUNTERS
+
+    c = {r["counter"]: r["count"] for r in _ctl(t, "show", "errors", "all")["data"]}
+    tx = sum(i["tx_packets"] for i in _ctl(t, "show", "interfaces")["data"])
+    workers = _ctl(t, "show", "workers")["data"]
+    drop = sum(c.get(x.name, 0) for x in COUNTERS if x.kind == "drop")
+    entered_ = sum(w["packets"] for w in workers)
+    generated = sum(w["generated"] for w in workers)
+    answers = c.get("icmp-error-sent", 0) + c.get("tcp-reset-sent", 0)
+    ends = drop - c.get("answer-dropped", 0) - answers + c.get("punt", 0) + tx
+    return {"entered": entered_, "generated": generated, "dropped": drop,
+            "punted": c.get("punt", 0), "tx": tx, "answers": answers,
+            "slots": entered_ + generated, "ends": ends}
+
+
+def _accounting(t, settle_s: float = 20.0) -> dict:
     """The data path's identity, read after the traffic stopped (tests/conftest.py
     Result.check_accounting holds the same one for a batch): every slot — a packet that
     entered a worker (received or injected) or one the graph made itself (ARP/NS
     requests, fragments, the copy of an ARP request punted for the RFC 826 merge) — was
     sent, punted, or dropped by a counted reason; an input answered in its own slot (an
     ICMP error, a RST) is counted both as its drop reason and as sent, so the answers are
-    taken off once (and an answer that died once more: answer-dropped)."""
-    from vecroute.graph.counters import COUNTERS
+    taken off once (and an answer that died once more: answer-dropped).
 
-    c = {r["counter"]: r["count"] for r in _ctl(t, "show", "errors", "all")["data"]}
-    drop = sum(c.get(x.name, 0) for x in COUNTERS if x.kind == "drop")
-    workers = _ctl(t, "show", "workers")["data"]
-    entered_ = sum(w["packets"] for w in workers)
-    generated = sum(w["generated"] for w in workers)
-    tx = sum(i["tx_packets"] for i in _ctl(t, "show", "interfaces")["data"])
-    answers = c.get("icmp-error-sent", 0) + c.get("tcp-reset-sent", 0)
-    ends = drop - c.get("answer-dropped", 0) - answers + c.get("punt", 0) + tx
-    return {"entered": entered_, "generated": generated, "dropped": drop,
-            "punted": c.get("punt", 0), "tx": tx, "answers": answers,
-            "slots": entered_ + generated, "ends": ends}
+    The router is not silent when the traffic stops: the flood's neighbour entries are
+    probed (RFC 4861 7.3.3) and the hosts' kernels resolve and solicit, while the workers
+    keep counting. Readings are taken until two in a row agree (nothing moved between
+    them), ``settle_s`` at most; the last one is returned, with ``stable`` and how many
+    ``readings`` it took."""
+    deadline = time.monotonic() + settle_s
+    last = _accounting_snapshot(t)
+    readings = 1
+    while True:
+        time.sleep(0.25)
+        cur = _accounting_snapshot(t)
+        readings += 1
+        if cur == last or time.monotonic() > deadline:
+            cur["stable"], cur["readings"] = cur == last, readings
+            return cur
+        last = cur
 
 
 def _start(t, trigger: Path) -> None:
