@@ -6,9 +6,11 @@ On the SRv6 benchmark's own FIB (bench/experiments/srv6.py), the bare vector loo
 (``lpm6_lookup_vec``, a vector of 256, the kernel the fused path and ip6-lookup use) of:
 the plain-forwarding destination (a /48), the End SID and the End.DX6 SID (/128s: the
 IPv6 trie walks 14 levels for them, 4 for a /48) and End's next segment (its second
-lookup). Interleaved, repeated; ns per lookup, median [min .. max]. End needs the SID's
-lookup and the next segment's; End.DX6 the SID's; plain forwarding one /48: the
-difference is a floor no fusion removes (docs/BENCHMARKS.md, "SRv6 on the fused path").
+lookup); and the probe of the /128 host table (``host6_lookup``, fib/host6.py) that the
+fused path makes first for a destination behind which an SRH or an inner packet follows.
+Interleaved, repeated; ns per lookup, median [min .. max]. End needs the SID's lookup
+and the next segment's; End.DX6 the SID's; plain forwarding one /48: the difference is a
+floor no fusion removes (docs/BENCHMARKS.md, "SRv6 on the fused path").
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import ipaddress
 import time
 
 import numpy as np
+from numba import njit
 
 from bench.common import pin_to_one_cpu
 from bench.experiments import srv6 as X
+from vecroute.fib.host6 import host6_lookup
 from vecroute.fib.lpm_kernels import lpm6_lookup_vec
 
 ADDRS = {
@@ -29,6 +33,13 @@ ADDRS = {
     "End.DX6 SID (/128)": X.SID_DX6,
     "End's next segment (/48)": X.SEGS[0],
 }
+
+
+@njit(cache=True)
+def _probe_vec(keys, vals, tabs, his, los, n, out) -> None:
+    """The fused path's probe loop, alone."""
+    for j in range(n):
+        out[j] = host6_lookup(keys, vals, tabs[j], his[j], los[j])
 
 
 def _halves(a: str) -> tuple[int, int]:
@@ -48,17 +59,22 @@ def main() -> None:
     out = np.empty(n, np.int32)
     vecs = {name: (np.full(n, _halves(a)[0], np.uint64), np.full(n, _halves(a)[1], np.uint64))
             for name, a in ADDRS.items()}
-    samples: dict[str, list[float]] = {name: [] for name in ADDRS}
-    for name, (his, los) in vecs.items():  # compile and check every address has a route
-        lpm6_lookup_vec(st.fib6_roots, st.fib6_groups, tabs, his, los, n, out)
+    hk, hv = st.fib6_host_keys, st.fib6_host_vals
+    runs = {name: (lpm6_lookup_vec, st.fib6_roots, st.fib6_groups, his, los)
+            for name, (his, los) in vecs.items()}
+    for name in ("End SID (/128)", "End.DX6 SID (/128)"):
+        runs[name.replace("(/128)", "host probe")] = (_probe_vec, hk, hv, *vecs[name])
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for name, (f, a, b, his, los) in runs.items():  # compile; every address has a route
+        f(a, b, tabs, his, los, n, out)
         assert (out >= 0).all(), name
     for _ in range(args.repeat):
-        for name, (his, los) in vecs.items():
+        for name, (f, a, b, his, los) in runs.items():
             t = time.perf_counter()
             for _ in range(args.rounds):
-                lpm6_lookup_vec(st.fib6_roots, st.fib6_groups, tabs, his, los, n, out)
+                f(a, b, tabs, his, los, n, out)
             samples[name].append((time.perf_counter() - t) / args.rounds / n * 1e9)
-    print(f"bare lpm6_lookup_vec, vector {n}, pinned to CPU {cpu}, {args.repeat} rounds")
+    print(f"bare lookups, vector {n}, pinned to CPU {cpu}, {args.repeat} rounds")
     for name, v in samples.items():
         a = np.array(v)
         print(f"{name:28s} {np.median(a):6.1f} ns [{a.min():.1f} .. {a.max():.1f}]")

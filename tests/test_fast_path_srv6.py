@@ -15,10 +15,11 @@ behaviours byte by byte with scapy, with the fused path on.
 
 from __future__ import annotations
 
+import ipaddress
 import random
 
 import pytest
-from conftest import H0_IP4, H0_IP6, N1, R0_IP6, R1, Router, eth
+from conftest import H0_IP4, H0_IP6, N1, N1_IP6, R0_IP6, R1, Router, eth
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import Ether
@@ -47,6 +48,7 @@ from test_srv6 import (
 
 from vecroute.graph.node_ids import ETHERNET_INPUT
 from vecroute.graph.state import NS_CALLS, OPT_NO_FUSED
+from vecroute.srv6.tables import LocalSid
 
 ECMP_SEG = "2001:db8:400::9"  # a next segment with two next hops on eth1
 ECMP_T5_4 = "198.51.100.0/24"  # table 5: two next hops on eth4 (after End.DT4 / DT46)
@@ -217,3 +219,42 @@ def test_fused_srv6_with_a_firewall_equals_the_node_graph() -> None:
     c = a["counters"]
     assert c["fw-deny"] > 50 and c["srv6-end"] > 50 and c["srv6-decapsulated"] > 50
     assert a["node_packets"].get("fw-in", 0) > 400
+
+
+def test_fused_srv6_follows_changes_of_the_host_routes() -> None:
+    """The fused path probes SRv6 destinations in a table of the /128s of its own
+    (fib/host6.py), published with the tables. A SID deleted, a SID given another
+    behaviour and a plain /128 route inside End's locator, all swapped in between two
+    runs: the fused path still gives the node graph's result, before and after."""
+    rng = random.Random(11)
+    host = "2001:db8:fe::99"  # in LOCATOR (End): a /128 route of its own overrides it
+    frames = [bytes(f) for _ in range(40) for f in (
+        srv6_pkt(SID_END, [NEXT6, SEG3]),
+        srv6_pkt(SID_DX6, [], inner=_inner6(rng, "2001:db8:100::9"), sl=0, nh=41),
+        srv6_pkt(host, [NEXT6]),
+        srv6_pkt(SID_IN_LOCATOR, [NEXT6]),
+    )]
+    fused, nodes = Router(_config()), Router(_config())
+    nodes.state.opts[OPT_NO_FUSED] = 1
+    before = _observed(fused, fused.run(frames, now_ns=10**9))
+    assert before == _observed(nodes, nodes.run(frames, now_ns=10**9))
+    assert fused.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 1, "all of them fused"
+    for r in (fused, nodes):
+        sids = r.fib.srv6
+        sids.del_localsid(ipaddress.ip_network(f"{SID_END}/128"))
+        sids.del_localsid(ipaddress.ip_network(f"{SID_DX6}/128"))
+        sids.add_localsid(LocalSid(ipaddress.ip_network(f"{SID_DX6}/128"), "End"))
+        r.fib.add_route(f"{host}/128", [ipaddress.ip_address(N1_IP6)])
+        r.graph.swap_state(r.fib.state())
+        r.state = r.graph.state
+    fused.state.clear_counters()
+    nodes.state.clear_counters()
+    after = _observed(fused, fused.run(frames, now_ns=2 * 10**9))
+    assert after == _observed(nodes, nodes.run(frames, now_ns=2 * 10**9))
+    c0, c1 = before["counters"], after["counters"]
+    # End: SID_END, the locator's SID and the address that is not yet a /128 of its own
+    assert c0["srv6-end"] == 120 and c0["srv6-decapsulated"] == 40
+    # SID_END gone (no route), DX6's SID now End (SL 0 with an inner packet: RFC 8986
+    # 4.1.1), the /128 a plain route, the locator's SID End as before
+    assert (c1["no-route"], c1["srv6-upper-layer"], c1["srv6-end"], c1["ip6-forwarded"]) == (
+        40, 40, 40, 80)

@@ -542,6 +542,7 @@ class Fib:
                 if_ip6[i, IF6_GLOBAL] = np.frombuffer(v6[0].ip.packed, dtype=np.uint8)
             for k, a in enumerate(a for a in itf.addresses if a.version == 6):
                 if_ip6[i, IF6_OTHER + k] = np.frombuffer(a.ip.packed, dtype=np.uint8)
+        host_keys, host_vals = self.lpm[6].host_table()
         st = DataPlaneState(
             ifc=ifc,
             if_mac=if_mac,
@@ -550,6 +551,8 @@ class Fib:
             fib4_groups=self.lpm[4].groups,
             fib6_roots=self.lpm[6].roots,
             fib6_groups=self.lpm[6].groups,
+            fib6_host_keys=host_keys,
+            fib6_host_vals=host_vals,
             lb=self.lbs.lb,
             lb_buckets=self.lbs.lb_buckets,
             adj=self.adjs.adj,

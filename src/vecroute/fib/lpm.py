@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vecroute.fib.host6 import HOST_LIMIT, host6_build
 from vecroute.fib.lpm_kernels import (
     GROUP_SIZE,
     MAX_VALUE,
@@ -97,6 +98,8 @@ class Lpm:
         self._ids: list[int] = []
         self._counts: list[int] = []
         self.generation = 0
+        self._host_version = 0  # bumped by every change of a /128 (IPv6: the host table)
+        self._host: tuple[int, np.ndarray, np.ndarray] | None = None
 
     # -- arrays for the data path -------------------------------------------------------------
 
@@ -109,6 +112,16 @@ class Lpm:
     def groups(self) -> np.ndarray:
         """The shared group pool, ``uint32[capacity, 256]`` (unused rows are garbage)."""
         return self._groups
+
+    def host_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """IPv6: the exact-match table of the /128 rules (fib/host6.py), built again only
+        after one of them changed; a new pair of arrays each time, never changed after."""
+        if self.family != 6:
+            raise ValueError("the host table is IPv6's")
+        if self._host is None or self._host[0] != self._host_version:
+            keys, vals = host6_build(self._keys, self._vals, HOST_LIMIT)
+            self._host = (self._host_version, keys, vals)
+        return self._host[1], self._host[2]
 
     @property
     def nbytes(self) -> int:
@@ -200,6 +213,7 @@ class Lpm:
         if new:
             self._counts[t] += 1
         self.generation += 1
+        self._host_version += length == 128
 
     def delete(self, table_id: int, prefix: Prefix) -> bool:
         """Delete the exact rule ``prefix``; False if it was not present."""
@@ -223,6 +237,7 @@ class Lpm:
         if found:
             self._counts[t] -= 1
             self.generation += 1
+            self._host_version += length == 128
         return bool(found)
 
     def get(self, table_id: int, prefix: Prefix) -> int | None:
@@ -298,6 +313,7 @@ class Lpm:
                 if self._groups_available() < self._max_new:
                     self._grow_groups(self._max_new)
         self.generation += 1
+        self._host_version += bool((lens == 128).any())
 
     def delete_many(self, table_id: int, addrs, lengths) -> int:
         """Delete many rules (same array forms as :meth:`add_many`); returns how many existed."""
@@ -324,6 +340,7 @@ class Lpm:
         self._counts[t] -= n
         if n:
             self.generation += 1
+            self._host_version += bool((lens == 128).any())
         return n
 
     def lookup_many(self, table_id: int, addrs) -> np.ndarray:

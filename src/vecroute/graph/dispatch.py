@@ -61,6 +61,7 @@ from vecroute.packet.batch import F_INJ_L2, M_FLAGS, M_NEXT, PacketBatch
 def run_graph(
     n, now, buf, meta, ts, nalloc, frames, frame_n, work, txl, txn,
     ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
+    fib6_host_keys, fib6_host_vals,
     lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
     opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
     reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
@@ -68,6 +69,7 @@ def run_graph(
 ) -> None:
     """One batch through the graph, without a firewall (its nodes are compiled away)."""
     dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
+            fib6_host_keys, fib6_host_vals,
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
             node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
             reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
@@ -79,6 +81,7 @@ def run_graph(
 def run_graph_fw(
     n, now, buf, meta, ts, nalloc, frames, frame_n, work, txl, txn,
     ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
+    fib6_host_keys, fib6_host_vals,
     lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
     opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
     reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
@@ -89,6 +92,7 @@ def run_graph_fw(
     """One batch through the graph with a firewall (the FW arrays, then its key and
     verdict scratch matrices)."""
     dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
+            fib6_host_keys, fib6_host_vals,
             lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
             node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
             reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,

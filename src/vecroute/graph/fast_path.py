@@ -53,6 +53,7 @@ its per-node trail) and when ``OPT_NO_FUSED`` is set.
 import numpy as np
 from numba import njit
 
+from vecroute.fib.host6 import host6_lookup
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec, lpm6_lookup_vec
 from vecroute.firewall.layout import DIR_IN, DIR_OUT, V_PASS
 from vecroute.graph import counters as C
@@ -268,6 +269,13 @@ def _icmp_error_flag(buf, l4, end, proto, ip6) -> int:
 
 
 @njit(cache=True, inline="always")
+def _sid_like(nh) -> bool:
+    """An IPv6 next header that an SRv6 endpoint's packet has: the SRH, or an inner IPv6
+    or IPv4 packet (H.Encaps.Red with one segment, RFC 8986 5.2)."""
+    return nh == PROTO_ROUTING or nh == PROTO_IPV6 or nh == PROTO_IPIP
+
+
+@njit(cache=True, inline="always")
 def _hash(buf, l3, l4, end, proto, ip6) -> np.uint32:
     """The flow hash the lookup nodes compute (graph/flow_hash.py) from offsets."""
     if ip6:
@@ -416,6 +424,8 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
         dp.sr_sid, dp.sr_pol, dp.sr_bucket, dp.sr_list, dp.sr_hdr, dp.sr_cache)
     gen = dp.opts[OPT_FIB_GEN]
     f4r, f4g, f6r, f6g = dp.fib4_roots, dp.fib4_groups, dp.fib6_roots, dp.fib6_groups
+    hk, hv = dp.fib6_host_keys, dp.fib6_host_vals
+    hosts = hv.shape[0] > 1  # any /128 at all (an empty table is one free slot)
     rwf = dp.adj_rw.reshape(-1)  # rows by offset: a row view per packet costs refcounts
     rww = np.int64(dp.adj_rw.shape[1])
     fw_in = False
@@ -508,14 +518,22 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
                 state[c] = GONE
         pk[FW_IN] = nc
     t2 = readcyclecounter()
-    # -- 2. one vector lookup per family
+    # -- 2. one vector lookup per family; a destination that is likely a local SID (an
+    # SRH or an IP-in-IPv6 packet behind the header) is probed in the /128s first: a hit is
+    # the trie's answer without its 15 levels (fib/host6.py)
     n4 = 0
     n6 = 0
     for c in range(nc):
         if state[c] != PENDING:
             continue
-        n4, n6 = _gather(buf, np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN, ip6[c] != 0, c,
-                         tab[c], idx4, dst4, tab4, n4, idx6, hi6, lo6, tab6, n6)
+        l3 = np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN
+        if hosts and ip6[c] and _sid_like(buf[l3 + 6]):
+            v = host6_lookup(hk, hv, tab[c], rd64(buf, l3 + 24), rd64(buf, l3 + 32))
+            if v >= 0:
+                val[c] = v
+                continue
+        n4, n6 = _gather(buf, l3, ip6[c] != 0, c, tab[c], idx4, dst4, tab4, n4, idx6, hi6,
+                         lo6, tab6, n6)
     lpm4_lookup_vec(f4r, f4g, tab4, dst4, n4, out4)
     lpm6_lookup_vec(f6r, f6g, tab6, hi6, lo6, n6, out6)
     for q in range(n4):

@@ -171,6 +171,7 @@ DP = namedtuple(
     [
         "ifc", "if_mac", "if_ip6",
         "fib4_roots", "fib4_groups", "fib6_roots", "fib6_groups",
+        "fib6_host_keys", "fib6_host_vals",
         "lb", "lb_buckets", "adj", "adj_rw", "adj_last_req", "glean",
         "icmp_tb", "counters", "if_stats", "node_stats", "opts",
         "sr_sid", "sr_pol", "sr_bucket", "sr_list", "sr_hdr", "sr_cache",
@@ -232,6 +233,9 @@ class DataPlaneState:
     sr_bucket: np.ndarray = _tables_default(lambda: np.zeros(1, dtype=np.int32))
     sr_list: np.ndarray = _tables_default(lambda: np.zeros((1, LIST_COLS), dtype=np.int32))
     sr_hdr: np.ndarray = _tables_default(lambda: np.zeros((1, SR_HDR_MAX), dtype=np.uint8))
+    # the /128 rules of fib6 in an exact-match table (fib/host6.py; empty: one free slot)
+    fib6_host_keys: np.ndarray = _tables_default(lambda: np.zeros((1, 3), dtype=np.uint64))
+    fib6_host_vals: np.ndarray = _tables_default(lambda: np.full(1, -1, dtype=np.int32))
     # per segment list: the cached first-hop adjacency and the FIB generation it is for
     sr_cache: np.ndarray = _shadow_default(lambda: np.full((1, 2), -1, dtype=np.int64))
     # reassembly contexts (zeros: all free; np.zeros maps pages lazily, so a state built
