@@ -470,7 +470,8 @@ def run(seconds: float, workdir: Path, seed: int = 1, kill_worker: bool = True,
         rep.errors += traffic.errors[:10]
         if rep.router_alive:
             rep.accounting = _accounting(t)
-            rep.accounting_ok = rep.accounting["ends"] == rep.accounting["slots"]
+            rep.accounting_ok = rep.accounting["stable"] and (
+                rep.accounting["ends"] == rep.accounting["slots"])
             t.router.send_signal(signal.SIGTERM)
             try:
                 rep.exit_status = t.router.wait(30)

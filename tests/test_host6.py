@@ -8,6 +8,7 @@ must agree on every hit, since a /128 is its address's longest match."""
 from __future__ import annotations
 
 import ipaddress
+import logging
 import random
 
 import numpy as np
@@ -69,20 +70,36 @@ def test_host_table_is_rebuilt_only_when_a_128_changes() -> None:
     assert int((lpm.host_table()[1] >= 0).sum()) == 1
 
 
-def test_more_host_routes_than_the_limit_give_an_empty_table(monkeypatch) -> None:
+def test_more_host_routes_than_the_limit_give_an_empty_table(monkeypatch, caplog) -> None:
     import vecroute.fib.lpm as lpm_module
 
     lpm = Lpm(6)
     for k in range(20):
         lpm.add(0, ipaddress.IPv6Network((1 << 125 | k, 128)), k)
     monkeypatch.setattr(lpm_module, "HOST_LIMIT", 19)
-    keys, vals = lpm.host_table()
+    with caplog.at_level(logging.WARNING, logger="vecroute.fib.lpm"):
+        keys, vals = lpm.host_table()
     assert vals.tolist() == [-1], "over the limit: every probe misses, the trie answers"
+    assert "more than 19 IPv6 /128 routes" in caplog.text
     assert _probe(lpm, keys, vals, 0, 1 << 125 | 3) == -1
     monkeypatch.setattr(lpm_module, "HOST_LIMIT", 20)
     lpm.delete(0, ipaddress.IPv6Network((1 << 125 | 19, 128)))
     keys, vals = lpm.host_table()
     assert sorted(vals[vals >= 0].tolist()) == list(range(19))
+
+
+def test_each_build_has_its_own_seed() -> None:
+    """Hosts choose the addresses learnt as /128s: a random seed per build keeps them from
+    aiming at one probe run; the answers are the same under any seed."""
+    lpm = Lpm(6)
+    for k in range(50):
+        lpm.add(0, ipaddress.IPv6Network((1 << 125 | k, 128)), k)
+    k1, v1 = lpm.host_table()
+    lpm.add(0, "2001:db8::1/128", 99)
+    k2, v2 = lpm.host_table()
+    assert k1[-1, 0] != k2[-1, 0], "a new build, a new seed"
+    for k in range(50):
+        assert _probe(lpm, k1, v1, 0, 1 << 125 | k) == _probe(lpm, k2, v2, 0, 1 << 125 | k) == k
 
 
 def test_ipv4_has_no_host_table() -> None:

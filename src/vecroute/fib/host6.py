@@ -9,10 +9,13 @@ nothing and the trie is walked as before. The fused path probes it for packets t
 carry an SRH or an IP-in-IPv6 packet (graph/fast_path.py); plain packets never pay it.
 
 The table is built aside from the rule store (``Lpm.host_table``) after a change of a
-/128 and published with the tables, never changed in place: ``keys uint64[cap, 3]``
-(address high half, low half, table index), ``vals int32[cap]`` (``-1`` empty), ``cap`` a
-power of two at least twice the entries, so a probe always ends. More than ``limit``
-host routes give an empty table: lookups then take the trie alone, as before it existed.
+/128 and published with the tables, never changed in place: ``keys uint64[cap + 1, 3]``
+(address high half, low half, table index; the last row holds the hash seed), ``vals
+int32[cap]`` (``-1`` empty), ``cap`` a power of two at least twice the entries, so a probe
+always ends. The seed is random per build: hosts on a link choose their addresses, and
+so the /128s learnt from them, but cannot aim them at one probe run (as the reassembly
+contexts' seed, graph/state.py). More than ``limit`` host routes give an empty table:
+lookups then take the trie alone, as before it existed.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ _U64_8 = np.uint64(8)
 
 
 @njit(cache=True, inline="always")
-def _home(hi, lo, t, mask) -> np.int64:
-    z = hi ^ (lo * _M1) ^ (np.uint64(t) * _M2)
+def _home(hi, lo, t, seed, mask) -> np.int64:
+    z = ((hi ^ seed) * _M2) ^ (lo * _M1) ^ (np.uint64(t) * _M2)
     z = (z ^ (z >> np.uint64(31))) * _M1
     return np.int64((z ^ (z >> np.uint64(29))) & mask)
 
@@ -38,7 +41,7 @@ def _home(hi, lo, t, mask) -> np.int64:
 def host6_lookup(keys, vals, t, hi, lo) -> np.int32:
     """The value of the /128 rule hi:lo in table index ``t``, or -1 (then: walk the trie)."""
     m = np.int64(vals.shape[0] - 1)
-    i = _home(np.uint64(hi), np.uint64(lo), t, np.uint64(m))
+    i = _home(np.uint64(hi), np.uint64(lo), t, keys[m + 1, 0], np.uint64(m))
     while True:
         v = vals[i]
         if v < 0:
@@ -49,19 +52,21 @@ def host6_lookup(keys, vals, t, hi, lo) -> np.int32:
 
 
 @njit(cache=True, nogil=True)
-def host6_build(rule_keys, rule_vals, limit):
+def host6_build(rule_keys, rule_vals, limit, seed):
     """The /128 rules of an IPv6 rule store (lpm_kernels: keys ``hi, lo, table << 8 | len``)
-    as a host table; an empty one (one free slot) if there are more than ``limit``."""
+    as a host table hashed with ``seed``; an empty one (one free slot) if there are more
+    than ``limit``."""
     n = 0
     for s in range(rule_vals.shape[0]):
         if rule_vals[s] >= 0 and rule_keys[s, 2] & _LEN_MASK == 128:
             n += 1
     if n == 0 or n > limit:
-        return np.zeros((1, 3), np.uint64), np.full(1, -1, np.int32)
+        return np.zeros((2, 3), np.uint64), np.full(1, -1, np.int32)
     cap = 16
     while cap < 2 * n:
         cap <<= 1
-    keys = np.zeros((cap, 3), np.uint64)
+    keys = np.zeros((cap + 1, 3), np.uint64)
+    keys[cap, 0] = seed
     vals = np.full(cap, -1, np.int32)
     m = np.int64(cap - 1)
     for s in range(rule_vals.shape[0]):
@@ -69,7 +74,7 @@ def host6_build(rule_keys, rule_vals, limit):
             continue
         hi, lo = rule_keys[s, 0], rule_keys[s, 1]
         t = np.int64(rule_keys[s, 2] >> _U64_8)
-        i = _home(hi, lo, t, np.uint64(m))
+        i = _home(hi, lo, t, seed, np.uint64(m))
         while vals[i] >= 0:  # the rule store holds each key once: no duplicate to find
             i = (i + 1) & m
         keys[i, 0], keys[i, 1], keys[i, 2] = hi, lo, np.uint64(t)

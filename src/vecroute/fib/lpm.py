@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import gzip
 import ipaddress
+import logging
+import os
 from collections.abc import Iterator
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from pathlib import Path
@@ -61,6 +63,7 @@ __all__ = [
     "lpm6_lookup_batch",
 ]
 
+log = logging.getLogger(__name__)
 Prefix = str | IPv4Network | IPv6Network
 Network = IPv4Network | IPv6Network
 _M64 = (1 << 64) - 1
@@ -100,6 +103,7 @@ class Lpm:
         self.generation = 0
         self._host_version = 0  # bumped by every change of a /128 (IPv6: the host table)
         self._host: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._host_full = False  # more /128s than the host table takes (logged once)
 
     # -- arrays for the data path -------------------------------------------------------------
 
@@ -119,9 +123,19 @@ class Lpm:
         if self.family != 6:
             raise ValueError("the host table is IPv6's")
         if self._host is None or self._host[0] != self._host_version:
-            keys, vals = host6_build(self._keys, self._vals, HOST_LIMIT)
+            seed = np.frombuffer(os.urandom(8), dtype=np.uint64)[0]
+            keys, vals = host6_build(self._keys, self._vals, HOST_LIMIT, seed)
+            full = vals.shape[0] == 1 and self._any_host()  # empty, yet /128s
+            if full and not self._host_full:
+                log.warning("more than %d IPv6 /128 routes: local SIDs are looked up in "
+                            "the trie alone (no exact-match table)", HOST_LIMIT)
+            self._host_full = full
             self._host = (self._host_version, keys, vals)
         return self._host[1], self._host[2]
+
+    def _any_host(self) -> bool:
+        live = self._vals >= 0
+        return bool(((self._keys[live, 2] & np.uint64(0xFF)) == np.uint64(128)).any())
 
     @property
     def nbytes(self) -> int:
@@ -289,31 +303,33 @@ class Lpm:
             if self._groups_available() < need:
                 self._grow_groups(need)  # one copy instead of a series of doublings
         start, n = 0, lens.shape[0]
-        while start < n:
-            start, new = add_rules(
-                self._roots,
-                self._groups,
-                self._free,
-                self._state,
-                self._keys,
-                self._vals,
-                t,
-                a_hi,
-                a_lo,
-                lens,
-                vals,
-                order,
-                start,
-                self._kw,
-                self._max_new,
-            )
-            self._counts[t] += int(new)
-            if start < n:
-                self._reserve(n - start)
-                if self._groups_available() < self._max_new:
-                    self._grow_groups(self._max_new)
-        self.generation += 1
-        self._host_version += bool((lens == 128).any())
+        try:
+            while start < n:
+                start, new = add_rules(
+                    self._roots,
+                    self._groups,
+                    self._free,
+                    self._state,
+                    self._keys,
+                    self._vals,
+                    t,
+                    a_hi,
+                    a_lo,
+                    lens,
+                    vals,
+                    order,
+                    start,
+                    self._kw,
+                    self._max_new,
+                )
+                self._counts[t] += int(new)
+                if start < n:
+                    self._reserve(n - start)
+                    if self._groups_available() < self._max_new:
+                        self._grow_groups(self._max_new)
+        finally:  # even when a pass failed half-way: what it did is in the rule store
+            self.generation += 1
+            self._host_version += bool((lens == 128).any())
 
     def delete_many(self, table_id: int, addrs, lengths) -> int:
         """Delete many rules (same array forms as :meth:`add_many`); returns how many existed."""

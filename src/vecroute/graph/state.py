@@ -234,7 +234,7 @@ class DataPlaneState:
     sr_list: np.ndarray = _tables_default(lambda: np.zeros((1, LIST_COLS), dtype=np.int32))
     sr_hdr: np.ndarray = _tables_default(lambda: np.zeros((1, SR_HDR_MAX), dtype=np.uint8))
     # the /128 rules of fib6 in an exact-match table (fib/host6.py; empty: one free slot)
-    fib6_host_keys: np.ndarray = _tables_default(lambda: np.zeros((1, 3), dtype=np.uint64))
+    fib6_host_keys: np.ndarray = _tables_default(lambda: np.zeros((2, 3), dtype=np.uint64))
     fib6_host_vals: np.ndarray = _tables_default(lambda: np.full(1, -1, dtype=np.int32))
     # per segment list: the cached first-hop adjacency and the FIB generation it is for
     sr_cache: np.ndarray = _shadow_default(lambda: np.full((1, 2), -1, dtype=np.int64))
