@@ -113,7 +113,13 @@ def lpm4_lookup_vec(roots, groups, tables, addrs, n, out) -> None:
     """A vector of IPv4 lookups that overlaps their cache misses: every packet's root entry
     is read and its group line prefetched before any group is read (about 60 -> 36 ns per
     packet on a full table). ``tables[j] < 0`` gives -2 (no such table)."""
-    ents = np.empty(n, np.uint32)
+    lpm4_lookup_vec_in(roots, groups, tables, addrs, n, out, np.empty(n, np.uint32))
+
+
+@njit(cache=True, nogil=True)
+def lpm4_lookup_vec_in(roots, groups, tables, addrs, n, out, ents) -> None:
+    """lpm4_lookup_vec over the scratch it is given (``ents``: uint32[>= n]), for callers
+    compiled without reference counting, which cannot allocate."""
     gflat = groups.reshape(-1)
     nt = roots.shape[0]
     for j in range(n):
@@ -154,10 +160,16 @@ def lpm6_lookup_vec(roots, groups, tables, his, los, n, out) -> None:
     """A vector of IPv6 lookups walked level by level across the vector, prefetching each
     packet's next group: the misses of all packets overlap (about 120 -> 45 ns per packet
     on a full table). ``tables[j] < 0`` gives -2."""
+    lpm6_lookup_vec_in(roots, groups, tables, his, los, n, out, np.empty(n, np.uint32),
+                       np.empty(n, np.int64))
+
+
+@njit(cache=True, nogil=True)
+def lpm6_lookup_vec_in(roots, groups, tables, his, los, n, out, ents, active) -> None:
+    """lpm6_lookup_vec over the scratch it is given (``ents``: uint32[>= n], ``active``:
+    int64[>= n]), for callers compiled without reference counting."""
     gflat = groups.reshape(-1)
     nt = roots.shape[0]
-    ents = np.empty(n, np.uint32)
-    active = np.empty(n, np.int64)
     na = 0
     for j in range(n):
         t = tables[j]
