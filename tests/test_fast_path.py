@@ -294,18 +294,35 @@ FW_RULES = [
 ]
 
 
-@pytest.mark.parametrize("default_only", [False, True])
-def test_fused_path_with_a_firewall_equals_the_node_graph(default_only: bool) -> None:
+# no rule tells the passes apart (no direction, interface, state, count or skipto): the
+# fused pass counts fw-in's deciding rule again at fw-out instead of classifying there
+FW_RULES_SAME_BOTH_WAYS = [
+    "100 deny udp from any to any 4789",
+    "200 reject tcp from any to 203.0.114.0/24 80",
+    "300 deny ip from table(bad) to any",
+    "350 deny ip from any to table(bad)",
+    "400 unreach port udp from any to 2001:db8:100::/48 53",
+    "700 allow ip from any to any",
+]
+
+
+@pytest.mark.parametrize("rules", ["default only", "both ways", "per direction"])
+def test_fused_path_with_a_firewall_equals_the_node_graph(rules: str) -> None:
     """With a firewall, the candidates are classified in the fused pass (fw-in, fw-out);
     the verdicts, rule counters, answers (reject, unreach, reset) and everything else must
-    be the node graph's."""
+    be the node graph's (which classifies both passes in full), also where the fused pass
+    only counts fw-in's rule again at fw-out."""
+    default_only = rules == "default only"
+    tables = [{"name": "bad", "type": "addr", "entries": ["203.0.113.0/26",
+                                                          "2001:db8:100::/64"]}]
     cfg = _config()
     cfg["firewall"] = (
         {"default": "allow", "rules": []} if default_only else
-        {"default": "deny", "rules": FW_RULES,
-         "tables": [{"name": "bad", "type": "addr", "entries": ["203.0.113.0/26",
-                                                                "2001:db8:100::/64"]}]})
+        {"default": "deny", "rules": FW_RULES_SAME_BOTH_WAYS, "tables": tables}
+        if rules == "both ways" else
+        {"default": "deny", "rules": FW_RULES, "tables": tables})
     fused, nodes = Router(cfg), Router(cfg)
+    assert fused.firewall.compiled.out_repeats_in() == (rules != "per direction")
     nodes.state.opts[OPT_NO_FUSED] = 1
     frames = _corpus(7, 700)
     a = _observed(fused, fused.run(frames, now_ns=10**9))
@@ -315,7 +332,9 @@ def test_fused_path_with_a_firewall_equals_the_node_graph(default_only: bool) ->
     assert fused.firewall.show() == nodes.firewall.show(), "rule counters"
     assert a["node_packets"].get("fw-in", 0) > 500
     if not default_only:
-        for c in ("fw-deny", "fw-reject", "fw-reset", "ip4-forwarded", "ip6-forwarded"):
+        want = ("fw-deny", "fw-reject", "ip4-forwarded", "ip6-forwarded") + (
+            ("fw-reset",) if rules == "per direction" else ())
+        for c in want:
             assert a["counters"].get(c, 0) > 0, c
     # the plain packets were classified in the fused pass: ethernet-input ran twice a batch
     assert fused.state.node_stats[ETHERNET_INPUT, NS_CALLS] > nodes.state.node_stats[

@@ -578,3 +578,31 @@ def test_injected_frames_pass_fw_out_and_lying_headers_are_dropped():
     out: list[tuple[int, bytes]] = []
     plain.forward(0, lambda p, f: out.append((p, f)))
     assert sorted(out) == sorted((1, f) for f in frames)
+
+
+@pytest.mark.parametrize(("rules", "repeats"), [
+    ((), True),
+    (("100 deny udp from any to any 53", "200 allow ip from 192.0.2.0/24 to any"), True),
+    (("100 deny ip from table(t) to any", "200 reject tcp from any to any 25"), True),
+    (("100 deny tcp from any to any setup", "200 allow ip from any to any frag"), True),
+    (("100 count ip from any to any",), False),
+    (("100 skipto 300 ip from any to any", "300 allow ip from any to any"), False),
+    (("100 allow ip from any to any keep-state",), False),
+    (("100 check-state", "200 allow ip from any to any"), False),
+    (("100 deny udp from any to any in",), False),
+    (("100 deny udp from any to any out",), False),
+    (("100 deny ip from any to any recv eth0",), False),
+    (("100 deny ip from any to any xmit eth1",), False),
+    (("100 deny ip from any to any via eth1",), False),
+    (("100 deny log ip from any to any",), False),
+])
+def test_out_repeats_in_only_where_no_rule_tells_the_passes_apart(rules, repeats) -> None:
+    # the fused pass then counts fw-in's deciding rule again instead of classifying at
+    # fw-out; a rule set that can see the direction, an interface or the states, or that
+    # counts, jumps or logs on the way, must be classified in both passes
+    r = fw_router(*rules, tables=[{"name": "t", "type": "addr", "entries": ["10.0.0.0/8"]}])
+    assert r.firewall.compiled.out_repeats_in() == repeats
+    from vecroute.graph.state import FW_OUT_REPEATS, OPT_FW
+
+    r.run([eth() / IP(src=H0_IP4, dst=DST4) / UDP(dport=9)], now_ns=SEC)
+    assert bool(r.state.opts[OPT_FW] & FW_OUT_REPEATS) == repeats

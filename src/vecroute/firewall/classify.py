@@ -678,6 +678,13 @@ def fw_classify(fw, keys, i, direction, now):
     return _classify(fw, rows, keys, i, direction, now)
 
 
+@njit(cache=True, inline="always")
+def fw_count(fw, rule, length, now) -> None:
+    """Count one packet of ``length`` bytes for rule index ``rule`` (as a classification
+    deciding by it does): for a pass whose outcome is known without classifying."""
+    _count(fw.cnt, rule, length, now)
+
+
 def classify_keys(
     args: tuple, keys: np.ndarray, direction: int = DIR_IN, now: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

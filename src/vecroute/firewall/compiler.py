@@ -38,7 +38,10 @@ from numba import njit
 
 from vecroute.fib.lpm import Lpm
 from vecroute.firewall.layout import (
+    A_CHECK,
+    A_COUNT,
     A_REJECT,
+    A_SKIPTO,
     C4_DST,
     C4_SRC,
     CLASSIFIER_FIELDS,
@@ -67,8 +70,14 @@ from vecroute.firewall.layout import (
     META_OFF,
     N_GROUPS,
     NO_PORT,
+    OP_IFACE,
+    OP_IFACE_TABLE,
     P_COLS,
+    P_OP,
     PORT_DOMAIN,
+    RF_CHECK,
+    RF_KEEP,
+    RF_LOG,
     RF_PROBE,
     RI_ACT,
     RI_ARG,
@@ -207,6 +216,32 @@ class CompiledFirewall:
             if trivial:
                 mask |= 1 << d
         return mask
+
+    def out_repeats_in(self) -> bool:
+        """True when a packet's output pass must end as its input pass did, by the same
+        rule: no rule tells the directions apart, reads an interface (recv / xmit / via, an
+        interface table) or the states, and none counts, jumps or logs on the way (count,
+        skipto, log: their side effects belong to each pass). The keys of the two passes
+        differ only in the direction and the transmit interface, which such a rule set
+        cannot see, so the fused path may count fw-in's deciding rule again instead of
+        classifying at fw-out (only for packets that took fw-in in the same pass)."""
+        ri = self.rinfo[: len(self.rules)]
+        if self.probes[0] < len(self.rules) - 1:
+            return False  # keep-state / check-state
+        if np.isin(ri[:, RI_ACT], (A_COUNT, A_SKIPTO, A_CHECK)).any():
+            return False
+        if (ri[:, RI_FLAGS] & (RF_KEEP | RF_LOG)).any():
+            return False
+        for r in np.flatnonzero(ri[:, RI_FLAGS] & RF_CHECK):
+            ops = self.prog[ri[r, RI_POFF] : ri[r, RI_POFF] + ri[r, RI_PLEN], P_OP]
+            if np.isin(ops, (OP_IFACE, OP_IFACE_TABLE)).any():
+                return False
+        cmap = self.cmap
+        if cmap[CM_LIST] >= 0 or cmap[CM_CONST + F_META] >= 0:
+            return True  # the meta field (direction, family, protocol) has one class
+        rows_in = cmap[META_OFF : META_OFF + 514].astype(np.int64)
+        rows_out = cmap[META_OFF + 514 : META_OFF + 1028].astype(np.int64)
+        return bool((self.bm[rows_in] == self.bm[rows_out]).all())
 
     @property
     def nbytes(self) -> int:

@@ -35,6 +35,7 @@ from vecroute.graph.srv6_encap import srv6_encap
 from vecroute.graph.srv6_localsid import srv6_localsid
 from vecroute.graph.state import (
     DP,
+    FW_OUT_REPEATS,
     FW_RUN_IN,
     FW_RUN_OUT,
     NS_CALLS,
@@ -253,8 +254,9 @@ class Graph:
             self._fw_args = (*fw.args(), *self._fw_scratch)
             self._build_tail()
             trivial = fw.compiled.trivial_directions()  # bit 1 << DIR_IN / DIR_OUT
+            repeats = FW_OUT_REPEATS if fw.compiled.out_repeats_in() else 0
             opts = self.state.opts
-            opts[OPT_FW] = (opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) | (trivial << 2)
+            opts[OPT_FW] = (opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) | (trivial << 2) | repeats
 
     def loop_args(self) -> tuple:
         """(frames, frame_n, work, txl, txn, DP, FW or None, keys, verdicts): the graph as

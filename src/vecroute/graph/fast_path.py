@@ -55,6 +55,7 @@ from numba import njit
 
 from vecroute.fib.host6 import host6_lookup
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
+from vecroute.firewall.classify import fw_count
 from vecroute.firewall.layout import DIR_IN, DIR_OUT, V_PASS
 from vecroute.graph import counters as C
 from vecroute.graph.cycles import readcyclecounter
@@ -97,6 +98,7 @@ from vecroute.graph.state import (
     ADJ_REWRITE,
     ADJ_SRV6_ENCAP,
     ADJ_SRV6_LOCALSID,
+    FW_OUT_REPEATS,
     FW_RUN_IN,
     FW_RUN_OUT,
     I_FIB4,
@@ -695,12 +697,20 @@ def _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc,
                 work[nout] = i
                 back[nout] = c
                 nout += 1
-        fw_classify(work, nout, buf, meta, dp, fw, fwk, fwv, now, DIR_OUT)
-        for q in range(nout):
-            if fwv[0, q] != V_PASS:
+        if fw_in and dp.opts[OPT_FW] & FW_OUT_REPEATS:
+            # the rule set cannot tell the passes apart (CompiledFirewall.out_repeats_in):
+            # each packet passes again by the rule that passed it at fw-in
+            for q in range(nout):
                 c = back[q]
-                fw_act(frames, frame_n, meta, slot[c], fwv[0, q], fwv[2, q], ip6[c] != 0)
-                state[c] = GONE
+                fw_count(fw, fwv[1, c], iplen[c], now)
+        else:
+            fw_classify(work, nout, buf, meta, dp, fw, fwk, fwv, now, DIR_OUT)
+            for q in range(nout):
+                if fwv[0, q] != V_PASS:
+                    c = back[q]
+                    fw_act(frames, frame_n, meta, slot[c], fwv[0, q], fwv[2, q],
+                           ip6[c] != 0)
+                    state[c] = GONE
         pk[FW_OUT] = nout
     t6 = readcyclecounter()
     # -- 5. the commit: TTL, SRv6, the rewrite and the transmit list
