@@ -97,8 +97,6 @@ from vecroute.firewall.keys import (
     K_SRC_LO,
     K_TCPFLAGS,
 )
-from vecroute.graph.dispatch import run_nodes
-from vecroute.packet.batch import load_frames
 
 REPO = Path(__file__).resolve().parent.parent
 CLASSBENCH = REPO.parent / "shared" / "data" / "classbench"
@@ -127,24 +125,6 @@ def _drive(fw, keys, total, v, r, a):
         fw_batch(fw, keys[pos : pos + VECTOR], VECTOR, 0, NOW_NS, v, r, a)
         pos += VECTOR
         done += VECTOR
-
-
-@njit(cache=True)
-def _run_frames_fw(data, off, length, ts_ns, rx_if, total, vs, buf, meta, ts, nalloc, now,
-                   frames, frame_n, work, txl, txn, dp, fw, fwk, fwv) -> int:
-    """bench.forwarding.run_frames with a firewall: every frame through the graph in
-    vectors of ``vs`` in one compiled call; returns the packets transmitted."""
-    pos = 0
-    sent = 0
-    while pos < total:
-        c = min(vs, total - pos)
-        load_frames(buf, meta, ts, data, off, length, ts_ns, rx_if, pos, c)
-        nalloc[0] = c
-        run_nodes(c, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk,
-                  fwv)
-        sent += txn[0]
-        pos += c
-    return sent
 
 
 # -- rule sets and traffic ----------------------------------------------------------------------
@@ -322,15 +302,10 @@ def run_case_loop(path: VectorPath, c: FwdCase, fr: Frames) -> tuple[int, int, i
     g.attach_firewall(c.fw)
     g.sync_firewall()
     tx0, in0, out0 = _counts(path)
-    frames, frame_n, work, txl, txn, dp, fw, fwk, fwv = g.loop_args()
+    loop = g.loop_args()
     w0, c0 = time.perf_counter(), time.process_time()
-    if fw is None:
-        run_frames(fr.data, fr.off, fr.length, fr.ts, fr.rx, fr.n, b.vector_size, b.buf,
-                   b.meta, b.ts, b.nalloc, NOW_NS, frames, frame_n, work, txl, txn, dp)
-    else:
-        _run_frames_fw(fr.data, fr.off, fr.length, fr.ts, fr.rx, fr.n, b.vector_size, b.buf,
-                       b.meta, b.ts, b.nalloc, NOW_NS, frames, frame_n, work, txl, txn, dp,
-                       fw, fwk, fwv)
+    run_frames(fr.data, fr.off, fr.length, fr.ts, fr.rx, fr.n, b.vector_size, b.buf, b.meta,
+               b.ts, b.nalloc, NOW_NS, *loop)
     c.loop.wall.append(time.perf_counter() - w0)
     c.loop.cpu.append(time.process_time() - c0)
     if c.fw is not None and c.fw.ctl[FC_COUNT] != 0:
@@ -524,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from vecroute.warmup import clear_stale_cache
 
-    clear_stale_cache((Path(__file__).parent,))  # _run_frames_fw embeds the graph's kernels
+    clear_stale_cache((Path(__file__).parent,))  # run_frames embeds the graph's kernels
     cpu = pin_to_one_cpu(args.cpu)
     rng = np.random.default_rng(SEED)
     eprint(f"pinned to CPU {cpu}; {machine_line()}")

@@ -387,9 +387,10 @@ def make_frames6(n: int, tab: Table, rng: np.random.Generator) -> Frames:
 
 @njit(cache=True)
 def run_frames(data, off, length, ts_ns, rx_if, total, vs, buf, meta, ts, nalloc, now,
-               frames, frame_n, work, txl, txn, dp) -> int:
+               frames, frame_n, work, txl, txn, dp, fw, fwk, fwv) -> int:
     """Every frame through the graph in vectors of ``vs``, in one compiled call: the loop
     the live workers (io/worker_loop.forward_loop) and replay run, without their I/O.
+    ``fw, fwk, fwv``: the firewall as ``Graph.loop_args`` gives it, or three Nones.
     Returns the packets transmitted."""
     pos = 0
     sent = 0
@@ -397,8 +398,7 @@ def run_frames(data, off, length, ts_ns, rx_if, total, vs, buf, meta, ts, nalloc
         c = min(vs, total - pos)
         load_frames(buf, meta, ts, data, off, length, ts_ns, rx_if, pos, c)
         nalloc[0] = c
-        run_nodes(c, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, None, None,
-                  None)
+        run_nodes(c, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
         sent += txn[0]
         pos += c
     return sent
@@ -421,11 +421,9 @@ class VectorPath:
     def run_compiled(self, fr: Frames) -> float:
         """Forward every frame in one compiled call (run_frames); returns seconds."""
         b = self.batch
-        frames, frame_n, work, txl, txn, dp, _, _, _ = self.graph.loop_args()
         t0 = time.perf_counter()
         sent = run_frames(fr.data, fr.off, fr.length, fr.ts, fr.rx, fr.n, b.vector_size,
-                          b.buf, b.meta, b.ts, b.nalloc, NOW_NS, frames, frame_n, work, txl,
-                          txn, dp)
+                          b.buf, b.meta, b.ts, b.nalloc, NOW_NS, *self.graph.loop_args())
         dt = time.perf_counter() - t0
         self.last_sent = sent
         return dt

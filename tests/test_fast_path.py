@@ -302,6 +302,8 @@ FW_RULES_SAME_BOTH_WAYS = [
     "300 deny ip from table(bad) to any",
     "350 deny ip from any to table(bad)",
     "400 unreach port udp from any to 2001:db8:100::/48 53",
+    "500 allow udp from any to any",
+    "600 allow ip6 from any to any",
     "700 allow ip from any to any",
 ]
 
@@ -339,3 +341,14 @@ def test_fused_path_with_a_firewall_equals_the_node_graph(rules: str) -> None:
     # the plain packets were classified in the fused pass: ethernet-input ran twice a batch
     assert fused.state.node_stats[ETHERNET_INPUT, NS_CALLS] > nodes.state.node_stats[
         ETHERNET_INPUT, NS_CALLS]
+    if rules == "both ways":  # a rule that sees the direction: classified at fw-out again
+        for r in (fused, nodes):
+            r.firewall.add("450 deny udp from any to any out")
+        assert not fused.firewall.compiled.out_repeats_in()
+        a = _observed(fused, fused.run(frames, now_ns=2 * 10**9))
+        b = _observed(nodes, nodes.run(frames, now_ns=2 * 10**9))
+        for key in a:
+            assert a[key] == b[key], key
+        assert fused.firewall.show() == nodes.firewall.show(), "rule counters, again"
+        denied = {ln.split()[0]: ln.split() for ln in fused.firewall.show().splitlines()}
+        assert int(denied["00450"][1]) > 0, "the new output rule denied at fw-out"

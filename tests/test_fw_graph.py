@@ -595,12 +595,19 @@ def test_injected_frames_pass_fw_out_and_lying_headers_are_dropped():
     (("100 deny ip from any to any xmit eth1",), False),
     (("100 deny ip from any to any via eth1",), False),
     (("100 deny log ip from any to any",), False),
+    (("100 deny ip from any to any recv table(ifs)",), False),
+    (("100 deny ip from any to any not recv eth0",), False),
+    (("100 deny ip from any to any via any",), False),
+    (("100 skipto tablearg ip from table(t) to any", "200 allow ip from any to any"), False),
+    (("100 deny ip from any to any ipttl 1-3", "200 deny icmp from any to any icmptypes 8",
+      "300 deny ip from me to any", "400 deny tcp from any to any established"), True),
 ])
 def test_out_repeats_in_only_where_no_rule_tells_the_passes_apart(rules, repeats) -> None:
     # the fused pass then counts fw-in's deciding rule again instead of classifying at
     # fw-out; a rule set that can see the direction, an interface or the states, or that
     # counts, jumps or logs on the way, must be classified in both passes
-    r = fw_router(*rules, tables=[{"name": "t", "type": "addr", "entries": ["10.0.0.0/8"]}])
+    r = fw_router(*rules, tables=[{"name": "t", "type": "addr", "entries": ["10.0.0.0/8"]},
+                                  {"name": "ifs", "type": "iface", "entries": ["eth0"]}])
     assert r.firewall.compiled.out_repeats_in() == repeats
     from vecroute.graph.state import FW_OUT_REPEATS, OPT_FW
 

@@ -57,6 +57,7 @@ from vecroute.fib.host6 import host6_lookup
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
 from vecroute.firewall.classify import fw_count
 from vecroute.firewall.layout import DIR_IN, DIR_OUT, V_PASS
+from vecroute.firewall.states import FC_COUNT
 from vecroute.graph import counters as C
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.firewall import fw_act, fw_classify
@@ -697,9 +698,10 @@ def _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc,
                 work[nout] = i
                 back[nout] = c
                 nout += 1
-        if fw_in and dp.opts[OPT_FW] & FW_OUT_REPEATS:
+        if fw_in and dp.opts[OPT_FW] & FW_OUT_REPEATS and fw.ctl[FC_COUNT] == 0:
             # the rule set cannot tell the passes apart (CompiledFirewall.out_repeats_in):
-            # each packet passes again by the rule that passed it at fw-in
+            # each packet passes again by the rule that passed it at fw-in (states left by
+            # an earlier rule set: classify, as fw_batch also sweeps them)
             for q in range(nout):
                 c = back[q]
                 fw_count(fw, fwv[1, c], iplen[c], now)
