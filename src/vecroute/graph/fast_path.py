@@ -763,9 +763,8 @@ def _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc,
         elif kd == K_END or kd == K_END_X:  # RFC 8986 4.1: SL - 1, the next segment
             buf[l3 + 7] -= 1
             buf[l3 + IP6_HLEN + 3] -= 1
-            off = aux[c]
-            for b in range(16):
-                buf[l3 + 24 + b] = buf[off + b]
+            # the next segment as the destination: one 16-byte move (a byte loop cost ~4 ns)
+            memcpy(buf, l3 + 24, buf, aux[c], 16)
             flags |= F_HLIM_DONE
             lookups += 2 if kd == K_END else 1
             n_end += 1
