@@ -234,28 +234,18 @@ def firewall(rules: list[str], default: str = "allow", tables: list | None = Non
 
 
 class FwdCase:
-    """One forwarding case: a firewall (or None) attached to the shared graph."""
+    """One forwarding case: a firewall (or None) attached to the shared graph. ``loop``:
+    the same case's runs in one compiled call (a FwdCase of its own, for ``_rate_row``)."""
 
-    def __init__(self, name: str, fw: Firewall | None, build_s: float | None) -> None:
+    def __init__(self, name: str, fw: Firewall | None, build_s: float | None,
+                 loop: bool = True) -> None:
         self.name = name
         self.fw = fw
         self.build_s = build_s
         self.wall: list[float] = []
         self.cpu: list[float] = []
         self.profile: dict[str, float] = {}
-        self.loop = LoopRuns(name, fw)  # the same case in one compiled call per run
-
-
-class LoopRuns:
-    """A case's runs in one compiled call (``_rate_row`` reads these fields)."""
-
-    def __init__(self, name: str, fw: Firewall | None) -> None:
-        self.name = name
-        self.fw = fw
-        self.build_s = None
-        self.wall: list[float] = []
-        self.cpu: list[float] = []
-        self.profile: dict[str, float] = {}
+        self.loop = FwdCase(name, fw, None, loop=False) if loop else None
 
 
 def _counts(path: VectorPath) -> tuple[int, int, int]:
