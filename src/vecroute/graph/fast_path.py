@@ -171,14 +171,13 @@ from vecroute.packet.intrinsics import memcpy
 
 
 @njit(cache=True, inline="always")
-def _for_us(buf, o, if_mac, rx) -> bool:
-    """Unicast to the receiving port's own MAC (multicast and broadcast take the graph)."""
-    if buf[o] & 1:
-        return False
-    for b in range(6):
-        if buf[o + b] != if_mac[rx, b]:
-            return False
-    return True
+def _for_us(buf, o, macs, rx) -> bool:
+    """Unicast to the receiving port's own MAC (multicast and broadcast take the graph).
+    ``macs``: the ports' MACs, 6 bytes each, flat; compared as a 32- and a 16-bit word (a
+    byte loop with an exit per byte cost ~2 ns a packet)."""
+    m = np.int64(rx) * 6
+    return ((buf[o] & 1) == 0 and rd32(buf, o) == rd32(macs, m)
+            and rd16(buf, o + 4) == rd16(macs, m + 4))
 
 
 @njit(cache=True, inline="always")
@@ -452,6 +451,7 @@ def _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc,
     hk, hv = dp.fib6_host_keys, dp.fib6_host_vals
     hosts = hv.shape[0] > 1  # any /128 at all (an empty table is one free slot)
     rwf = dp.adj_rw.reshape(-1)  # rows by offset: a row view per packet costs refcounts
+    macs = if_mac.reshape(-1)
     rww = np.int64(dp.adj_rw.shape[1])
     fw_in = False
     fw_out = False
@@ -478,7 +478,7 @@ def _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc,
             continue
         o = np.int64(meta[M_OFF, i])
         rx = meta[M_RX, i]
-        if not _for_us(buf, o, if_mac, rx):
+        if not _for_us(buf, o, macs, rx):
             continue
         et = rd16(buf, o + 12)
         l3 = o + ETH_HLEN
