@@ -31,7 +31,8 @@ classifications per core; and the same keys as 64-byte frames through the graph 
 FIB with two /1 routes, ``default = "allow"``, the rules in both passes), against the same
 frames without a firewall.
 
-The same forwarding cases again in one compiled call each (``--loop`` rows): every frame
+The same forwarding cases again in one compiled call each (the "one compiled call" table,
+``rows_loop`` in the JSON): every frame
 loaded and run through the graph in vectors of 256 inside one numba function, the loop the
 live workers and ``vecroute replay`` run, so the per-batch Python of ``Graph.run`` (and
 its unboxing of the firewall's ~22 arrays, ~2 us a call) is not in the cost. No rule here

@@ -38,7 +38,6 @@ from numba import njit
 
 from vecroute.fib.lpm import Lpm
 from vecroute.firewall.layout import (
-    A_CHECK,
     A_COUNT,
     A_REJECT,
     A_SKIPTO,
@@ -75,7 +74,6 @@ from vecroute.firewall.layout import (
     P_COLS,
     P_OP,
     PORT_DOMAIN,
-    RF_KEEP,
     RF_LOG,
     RF_PROBE,
     RI_ACT,
@@ -228,10 +226,8 @@ class CompiledFirewall:
         sweeps the states)."""
         ri = self.rinfo[: len(self.rules)]
         if self.probes[0] < len(self.rules) - 1:
-            return False  # keep-state / check-state
-        if np.isin(ri[:, RI_ACT], (A_COUNT, A_SKIPTO, A_CHECK)).any():
-            return False
-        if (ri[:, RI_FLAGS] & (RF_KEEP | RF_LOG)).any():
+            return False  # a probe point: keep-state or check-state
+        if np.isin(ri[:, RI_ACT], (A_COUNT, A_SKIPTO)).any() or (ri[:, RI_FLAGS] & RF_LOG).any():
             return False
         # every program row is a rule's (data rows have their own op): one pass over all,
         # since this runs after every rule or table change (a Python loop over 10K rules

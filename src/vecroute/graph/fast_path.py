@@ -41,6 +41,9 @@ reached, with the metadata ip4/ip6-input left; SRv6 adjacencies then take the no
 the lookup on. One difference with the nodes: within one batch, the candidates are
 classified before the packets that walk the nodes, so a keep-state rule created by a
 non-plain packet is seen by a plain one of the same batch only from the next batch on.
+When no rule can tell the two passes apart (``FW_OUT_REPEATS``,
+firewall/compiler.py out_repeats_in), fw-out does not classify again: it counts the rule
+that passed each packet at fw-in once more, which is what classifying would have done.
 
 The counters are those the nodes would have raised (interface rx/tx, fib-lookups,
 ip4/ip6-forwarded, srv6-encapsulated/end/decapsulated, the firewall's) and ``show runtime``
@@ -417,8 +420,8 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
     forward then continues at the node it would have reached (the verdict's, or the
     lookup), with its metadata as ip4/ip6-input and fw-in would have left it.
 
-    This wrapper only allocates the pass's scratch (three allocations: one each would
-    cost ~1 us a batch); the pass itself (:func:`_fused_pass`) is compiled without
+    This wrapper only allocates the pass's scratch (three allocations; one per scratch
+    row would cost ~1 us a batch); the pass itself (:func:`_fused_pass`) is compiled without
     reference counting."""
     k = frame_n[ETHERNET_INPUT]
     if k == 0:
