@@ -193,6 +193,26 @@ def test_fused_path_equals_the_node_graph(seed: int) -> None:
         assert a["counters"].get(c, 0) > 0, c
 
 
+def test_destination_macs_on_every_port() -> None:
+    """The fused pass takes a frame only when it is for the receiving port's own MAC (on
+    every port, the last row of the MAC table included): not another port's MAC, not one
+    that differs in a single byte of either half."""
+    macs = [R0, "02:00:00:00:00:02", "02:00:00:00:00:03", "02:00:00:00:00:04"]
+    items = []
+    for k, mac in enumerate(macs):
+        wrong = [macs[(k + 1) % 4], "06" + mac[2:], mac[:9] + "01" + mac[11:]]
+        for dst in [mac, *wrong]:
+            items.append((f"eth{k}", Ether(dst=dst, src=H0) / IP(src=H0_IP4, dst=DST4) / UDP()))
+    fused, nodes = _pair()
+    a = _observed(fused, fused.run(items, now_ns=10**9))
+    b = _observed(nodes, nodes.run(items, now_ns=10**9))
+    for key in a:
+        assert a[key] == b[key], key
+    right = {4 * k for k in range(4)}
+    assert a["tx"], "the frames to the ports' own MACs go out"
+    assert {t[2] for t in a["tx"]} <= right, "no frame to a wrong MAC is forwarded"
+
+
 def test_fused_path_equals_the_node_graph_when_redirects_are_rate_limited() -> None:
     """With no token left, ip4-rewrite forwards without a redirect: so does the fused path."""
     rng = random.Random(9)

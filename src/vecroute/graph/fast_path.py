@@ -174,11 +174,12 @@ from vecroute.packet.intrinsics import memcpy
 
 
 @njit(cache=True, inline="always")
-def _for_us(buf, o, macs, rx) -> bool:
+def _for_us(buf, o, macs, stride, rx) -> bool:
     """Unicast to the receiving port's own MAC (multicast and broadcast take the graph).
-    ``macs``: the ports' MACs, 6 bytes each, flat; compared as a 32- and a 16-bit word (a
-    byte loop with an exit per byte cost ~2 ns a packet)."""
-    m = np.int64(rx) * 6
+    ``macs``: the ports' MACs, flat, ``stride`` bytes a port (``if_mac.shape[1]``);
+    compared as a 32- and a 16-bit word (a byte loop with an exit per byte cost ~2 ns a
+    packet)."""
+    m = np.int64(rx) * stride
     return ((buf[o] & 1) == 0 and rd32(buf, o) == rd32(macs, m)
             and rd16(buf, o + 4) == rd16(macs, m + 4))
 
@@ -454,7 +455,7 @@ def _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc,
     hk, hv = dp.fib6_host_keys, dp.fib6_host_vals
     hosts = hv.shape[0] > 1  # any /128 at all (an empty table is one free slot)
     rwf = dp.adj_rw.reshape(-1)  # rows by offset: a row view per packet costs refcounts
-    macs = if_mac.reshape(-1)
+    macs, mstride = if_mac.reshape(-1), np.int64(if_mac.shape[1])
     rww = np.int64(dp.adj_rw.shape[1])
     fw_in = False
     fw_out = False
@@ -481,7 +482,7 @@ def _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc,
             continue
         o = np.int64(meta[M_OFF, i])
         rx = meta[M_RX, i]
-        if not _for_us(buf, o, macs, rx):
+        if not _for_us(buf, o, macs, mstride, rx):
             continue
         et = rd16(buf, o + 12)
         l3 = o + ETH_HLEN
@@ -766,7 +767,9 @@ def _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc,
         elif kd == K_END or kd == K_END_X:  # RFC 8986 4.1: SL - 1, the next segment
             buf[l3 + 7] -= 1
             buf[l3 + IP6_HLEN + 3] -= 1
-            # the next segment as the destination: one 16-byte move (a byte loop cost ~4 ns)
+            # the next segment as the destination: one 16-byte move (a byte loop cost ~4 ns);
+            # _plan_localsid's SL >= 1 and Last Entry / Hdr Ext Len checks put it inside
+            # the SRH, at l3 + 48 or after: never overlapping the destination field
             memcpy(buf, l3 + 24, buf, aux[c], 16)
             flags |= F_HLIM_DONE
             lookups += 2 if kd == K_END else 1
