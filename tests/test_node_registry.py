@@ -381,7 +381,7 @@ def test_dispatcher_calls_outside_nodes_stay_within_their_module() -> None:
     (graph/fast_path.py) acts for the nodes its ``ACTS_FOR`` names: what it sends and counts
     is declared by one of them. Other calls send nothing."""
     assert any(f == "reass_expire" for _, f, _ in DISPATCHER_CALLS)
-    assert any(f == "fused_forward" for _, f, _ in DISPATCHER_CALLS)
+    assert any(f == "fused_pass" for _, f, _ in DISPATCHER_CALLS)
     for mod, func, env in DISPATCHER_CALLS:
         eff = effects([(mod, func, env)])
         decls = module_declarations().get(mod, ())

@@ -18,7 +18,7 @@ from vecroute.graph import node_ids as N
 from vecroute.graph.arp_input import arp_input
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.ethernet_input import ethernet_input
-from vecroute.graph.fast_path import fused_forward
+from vecroute.graph.fast_path import fused_pass, fused_scratch
 from vecroute.graph.firewall import fw_node
 from vecroute.graph.gso_segment import gso_segment
 from vecroute.graph.icmp_error import icmp4_error, icmp6_error
@@ -43,6 +43,7 @@ from vecroute.graph.state import (
     NS_PACKETS,
     OPT_FW,
     OPT_NO_FUSED,
+    RG_USED,
     DataPlaneState,
 )
 from vecroute.graph.tcp_reset import tcp_reset
@@ -109,7 +110,10 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
     worker loop calls it directly)."""
     node_stats = dp.node_stats
     trace = dp.trace_ctl
-    trace_begin(meta, dp)
+    # below, a helper is called only when it has work: each call of a compiled function
+    # counts a reference to every array it is handed (dp alone is 35), every batch
+    if trace[TR_DIRTY] != 0:
+        trace_begin(meta, dp)
     frame_n[:] = 0
     txn[0] = 0
     fw_out = fw is not None and (dp.opts[OPT_FW] & FW_RUN_OUT) != 0
@@ -119,9 +123,12 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
             first = N.FW_OUT  # a frame from Linux: fw-out first
         frames[first, frame_n[first]] = i
         frame_n[first] += 1
-    if dp.opts[OPT_NO_FUSED] == 0 and trace[TR_LEFT] <= 0:  # the plain packets, fused
-        fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now)
-    reass_expire(buf, meta, nalloc, frames, frame_n, dp, now)  # bounded: the oldest few
+    k = frame_n[N.ETHERNET_INPUT]
+    if k > 0 and dp.opts[OPT_NO_FUSED] == 0 and trace[TR_LEFT] <= 0:  # the plain packets
+        sc, fl, acc = fused_scratch(k)
+        fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, fl, acc)
+    if dp.reass_glob[RG_USED] != 0:
+        reass_expire(buf, meta, nalloc, frames, frame_n, dp, now)  # bounded: the oldest few
     busy = True
     while busy:
         busy = False

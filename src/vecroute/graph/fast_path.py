@@ -411,6 +411,18 @@ GONE = 2  # handed to a node past ethernet-input (a firewall verdict, or on to t
 BACK = 3  # back to ethernet-input, untouched
 
 
+@njit(cache=True, inline="always")
+def fused_scratch(k):
+    """The pass's scratch for k candidates (three allocations; one per scratch row would
+    cost ~1 us a batch): per candidate its slot, its place in the frame, IP length, table,
+    value, adjacency, flow hash, upper-layer offset and protocol, kind, its kind's offset
+    (next segment, inner packet, segment list); per family the lookups' inputs, and their
+    scratch; flags: family, fate; packets per node and the passes' clocks, for show
+    runtime."""
+    return (np.empty((25, k), np.int64), np.zeros((4, k), np.uint8),
+            np.zeros(N_NODES + 5, np.int64))
+
+
 @njit(cache=True)
 def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -> None:
     """Forward the common packets of ethernet-input's frame; leave the rest in it.
@@ -421,25 +433,20 @@ def fused_forward(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now) -
     forward then continues at the node it would have reached (the verdict's, or the
     lookup), with its metadata as ip4/ip6-input and fw-in would have left it.
 
-    This wrapper only allocates the pass's scratch (three allocations; one per scratch
-    row would cost ~1 us a batch); the pass itself (:func:`_fused_pass`) is compiled without
-    reference counting."""
+    The pass itself (:func:`fused_pass`) is compiled without reference counting; the
+    dispatcher calls it directly with :func:`fused_scratch` (a call to this wrapper would
+    count a reference to each of the ~60 arrays it is handed, every batch)."""
     k = frame_n[ETHERNET_INPUT]
     if k == 0:
         return
-    # per candidate its slot, its place in the frame, IP length, table, value, adjacency,
-    # flow hash, upper-layer offset and protocol, kind, its kind's offset (next segment,
-    # inner packet, segment list); per family the lookups' inputs, and their scratch;
-    # flags: family, fate; packets per node and the passes' clocks, for show runtime
-    _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now,
-                np.empty((25, k), np.int64), np.zeros((4, k), np.uint8),
-                np.zeros(N_NODES + 5, np.int64))
+    sc, fl, acc = fused_scratch(k)
+    fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, fl, acc)
 
 
 @njit(cache=True, _nrt=False)
-def _fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, fl,
+def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, fl,
                 acc) -> None:
-    """fused_forward's pass over scratch it is given. Compiled with ``_nrt=False``:
+    """fused_forward's pass over scratch it is given (fused_scratch). Compiled with ``_nrt=False``:
     with reference counting, every array an inlined helper is handed (the buffer to
     ``rd16``, the tables to ``_bucket``) cost an atomic increment and decrement, up to
     half of the pass's time (``perf`` on bench.srv6: 35 % of plain IPv6's samples, 50 %
