@@ -250,11 +250,13 @@ def test_ipv6_multipath_loses_one_hop(env: Env) -> None:
 
 
 def test_nexthop_with_encap_is_not_forwarded_plain(env: Env) -> None:
+    """Any encapsulation (NHA_ENCAP): an ip6 tunnel one, which every kernel with
+    CONFIG_NET_IP_TUNNEL has (seg6 needs CONFIG_IPV6_SEG6_LWTUNNEL, not on every kernel)."""
     env.ip("nexthop", "add", "id", "51", "via", "2001:db8:1::2", "dev", env.m0)
     env.ip("-6", "route", "add", "2001:db8:79::/64", "nhid", "51")
     env.check()
-    env.ip("nexthop", "replace", "id", "51", "encap", "seg6", "mode", "encap", "segs",
-           "2001:db8:f::1", "via", "2001:db8:1::2", "dev", env.m0)
+    env.ip("nexthop", "replace", "id", "51", "encap", "ip6", "id", "1", "dst", "2001:db8:f::1",
+           "via", "2001:db8:1::2", "dev", env.m0)
     env.settle()
     assert (0, ipaddress.ip_network("2001:db8:79::/64")) not in env.target.fib.routes
 

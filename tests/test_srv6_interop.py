@@ -116,6 +116,60 @@ def _require_root() -> None:
         pytest.fail("netns tests need root (network namespaces): run them as root, as CI does")
 
 
+LWT_MISSING = "lwt encapsulation type not supported"
+
+
+def seg6_lwt_error() -> str | None:
+    """None when this kernel can encapsulate with seg6 (CONFIG_IPV6_SEG6_LWTUNNEL), else the
+    error ``ip route add ... encap seg6`` gives in a scratch namespace."""
+    with Lab("s4") as lab:
+        ns = lab.netns("probe")
+        try:
+            lab.run(ns, ["ip", "-6", "route", "add", "2001:db8:ff::/64", "encap", "seg6", "mode",
+                         "encap", "segs", "2001:db8:ff::1", "dev", "lo"])
+        except LabError as e:
+            return str(e)
+    return None
+
+
+def kernel_config(option: str) -> str | None:
+    """The running kernel's value of ``option`` (``y``, ``m``; None: not set), from
+    /proc/config.gz; raises when the kernel does not publish its config."""
+    import gzip
+
+    with gzip.open("/proc/config.gz", "rt") as f:
+        for line in f:
+            if line.startswith(option + "="):
+                return line.split("=", 1)[1].strip()
+    return None
+
+
+def _require_linux_srv6() -> None:
+    """Linux is the peer of every test here: without seg6 lwtunnels it can neither
+    encapsulate nor decapsulate, and nothing installs a kernel option. The skip names the
+    kernel's own error; any other error fails (test_kernel_seg6_probe checks the probe)."""
+    err = seg6_lwt_error()
+    if err is None:
+        return
+    if LWT_MISSING not in err:
+        raise RuntimeError(f"probing seg6 lwtunnels failed: {err}")
+    pytest.skip(f"this kernel cannot be the SRv6 peer: encap seg6 gives \"{LWT_MISSING}\" "
+                "(CONFIG_IPV6_SEG6_LWTUNNEL unset); vecroute's SRv6 bytes are still checked "
+                "by scapy in test_srv6.py and test_fast_path_srv6.py")
+
+
+def test_kernel_seg6_probe():
+    """The probe that decides whether this module runs agrees with the kernel's config: it
+    cannot skip the interop tests on a kernel that has seg6 lwtunnels."""
+    _require_root()
+    has = kernel_config("CONFIG_IPV6_SEG6_LWTUNNEL") in ("y", "m")
+    err = seg6_lwt_error()
+    if has:
+        assert err is None, err
+    else:
+        assert err is not None and LWT_MISSING in err, err
+
+
 @dataclass
 class Net:
     lab: Lab
@@ -219,6 +273,7 @@ def iface(name: str, addresses: list[str], table: int = 0) -> str:
 @pytest.fixture(scope="module")
 def net(tmp_path_factory):
     _require_root()
+    _require_linux_srv6()
     with Lab("s6") as lab:
         n = Net(lab, tmp_path_factory.mktemp("srv6"))
         for role in ("h1", "rt", "lx", "h2"):
@@ -447,6 +502,7 @@ def plen(prefix: str) -> str:
 @pytest.fixture(scope="module")
 def vpn(tmp_path_factory):
     _require_root()
+    _require_linux_srv6()
     with Lab("s7") as lab:
         n = Net(lab, tmp_path_factory.mktemp("srv6vpn"))
         for role in ("pe", "rt", "a100", "a200", "b100", "b200"):
