@@ -56,6 +56,7 @@ from bench.common import (
     verdict,
 )
 from vecroute.graph.dispatch import run_nodes
+from vecroute.graph.fast_path import fused_scratch
 from vecroute.packet.batch import load_frames
 
 N_IF = 4
@@ -394,11 +395,13 @@ def run_frames(data, off, length, ts_ns, rx_if, total, vs, buf, meta, ts, nalloc
     Returns the packets transmitted."""
     pos = 0
     sent = 0
+    sc, fl, acc = fused_scratch(work.shape[0])
     while pos < total:
         c = min(vs, total - pos)
         load_frames(buf, meta, ts, data, off, length, ts_ns, rx_if, pos, c)
         nalloc[0] = c
-        run_nodes(c, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
+        run_nodes(c, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv,
+                  sc, fl, acc)
         sent += txn[0]
         pos += c
     return sent

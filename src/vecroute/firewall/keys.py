@@ -87,7 +87,7 @@ KEY_NAMES = (
 _M64 = (1 << 64) - 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def extract_keys(buf, meta, work, k, keys):
     """Fill ``keys[j]`` for packet ``work[j]``, j < k, from a batch that went through
     ip4-input/ip6-input (M_L3, M_L4, M_PROTO and the fragment flags set)."""

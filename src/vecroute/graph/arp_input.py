@@ -29,7 +29,7 @@ NODES = (
 )
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def arp_input(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
     live = dp.opts[OPT_LIVE] != 0
     for j in range(k):

@@ -30,7 +30,7 @@ NODES = (
 )
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ethernet_input(work, k, buf, meta, frames, frame_n, dp) -> None:
     if_mac = dp.if_mac
     for j in range(k):

@@ -144,7 +144,7 @@ def fw_out_entry(buf, meta, i) -> int:
     return INJ_CLASSIFY
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _default_only(work, k, buf, meta, fw, fwv, now) -> None:
     """No rule but the default one applies in this direction: what classifying would do
     (count the default rule, fill the verdict rows the actions and a packet trace read)
@@ -163,7 +163,7 @@ def _default_only(work, k, buf, meta, fw, fwv, now) -> None:
     fw.cnt[dflt, 2] = now
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def fw_classify(work, k, buf, meta, dp, fw, fwk, fwv, now, direction) -> None:
     """The verdicts of the k packets of ``work`` in ``direction`` (DIR_IN before the
     lookup, DIR_OUT with the adjacency chosen) into fwv: verdict, deciding rule, aux.
@@ -196,7 +196,7 @@ def fw_act(frames, frame_n, meta, i, v, aux, ip6) -> None:
         enqueue(frames, frame_n, meta, TCP_RESET, i)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def fw_node(work, k, buf, meta, frames, frame_n, dp, fw, fwk, fwv, now, direction) -> int:
     """Classify the vector (``direction`` DIR_IN at fw-in, DIR_OUT at fw-out) and act;
     returns how many packets were classified (work[:k] then holds them: frames from the

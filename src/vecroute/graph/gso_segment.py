@@ -67,7 +67,7 @@ def segment_l3_len(buf, meta, i) -> int:
     return np.int64(l4 - meta[M_L3, i]) + thl + (gso >> 8)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def gso_segment(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
     cap = meta.shape[1]
     ts = np.zeros(cap, np.int64)  # segment() stamps its slots; the graph keeps no times

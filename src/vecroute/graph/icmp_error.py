@@ -141,7 +141,7 @@ def give_up(frames, frame_n, meta, dp, i, why) -> None:
     enqueue(frames, frame_n, meta, ERROR_DROP, i)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def icmp4_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
     for j in range(k):
         i = work[j]
@@ -235,7 +235,7 @@ def _copy_addr(buf, o, dp, ifx, slot) -> bool:
     return nz
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def icmp6_error(work, k, buf, meta, frames, frame_n, dp, now) -> None:
     for j in range(k):
         i = work[j]

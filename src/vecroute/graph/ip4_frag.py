@@ -84,7 +84,7 @@ def copied_options(buf, l3: int, ihl: int, dst, do: int) -> int:
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip4_frag(work, k, buf, meta, frames, frame_n, dp, nalloc) -> None:
     made = np.empty(meta.shape[1], dtype=np.int32)
     for j in range(k):

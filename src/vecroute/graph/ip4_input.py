@@ -60,7 +60,7 @@ def is_icmp4_error_type(t: int) -> bool:
     return t == 3 or t == 4 or t == 5 or t == 11 or t == 12 or t > 18
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip4_input(work, k, buf, meta, frames, frame_n, dp) -> None:
     routed = FW_IN if dp.opts[OPT_FW] & FW_RUN_IN else IP4_LOOKUP  # the input firewall
     for j in range(k):

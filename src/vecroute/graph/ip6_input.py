@@ -189,7 +189,7 @@ def _wanted_multicast(dp, rx, buf, l3) -> bool:
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip6_input(work, k, buf, meta, frames, frame_n, dp) -> None:
     routed = FW_IN if dp.opts[OPT_FW] & FW_RUN_IN else IP6_LOOKUP  # the input firewall
     for j in range(k):

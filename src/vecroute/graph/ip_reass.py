@@ -232,7 +232,7 @@ def _expire(c, buf, meta, nalloc, frames, frame_n, dp) -> None:
     _free(ctl, dp.reass_glob, c)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def reass_expire(buf, meta, nalloc, frames, frame_n, dp, now) -> None:
     """The reassembly timer, run once per batch: the oldest contexts of each family, at
     most REASS_EXPIRE_PER_BATCH each (creation order = expiry order: one timeout per
@@ -389,7 +389,7 @@ def _rebuild_at(buf, meta, i) -> int:
     return l3
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip4_reass(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
     """ip4 fragments to the router: keyed (source, destination, id, protocol, FIB table),
     checked (RFC 791 lengths, RFC 1858 / 3128 tiny TCP fragments), held or rebuilt."""
@@ -498,7 +498,7 @@ def _to_local6(frames, frame_n, meta, buf, dp, i, l3, end, flags) -> None:
     enqueue(frames, frame_n, meta, IP6_LOCAL, i)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip6_reass(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
     """ip6 fragments to the router: keyed (source, destination, id, FIB table), checked as
     RFC 8200 4.5 / RFC 7112 say (parameter problems), held or rebuilt; atomic fragments

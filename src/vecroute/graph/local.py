@@ -181,7 +181,7 @@ def _for_linux4(meta, buf, i, l4, end, proto) -> bool:
         np.uint32(0xFFFFFFFF)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip4_local(work, k, buf, meta, frames, frame_n, dp) -> None:
     for j in range(k):
         i = work[j]
@@ -242,7 +242,7 @@ def _for_linux6(meta, buf, i, l4, end) -> bool:
     return t != ICMP6_ECHO_REQUEST and not (t >= 133 and t <= 137)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip6_local(work, k, buf, meta, frames, frame_n, dp) -> None:
     for j in range(k):
         i = work[j]

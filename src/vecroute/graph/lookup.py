@@ -222,7 +222,7 @@ def _finish(work, idx, vals, m, buf, meta, frames, frame_n, dp, ip6) -> None:
         to_adjacency(frames, frame_n, meta, dp, i, a, ip6)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip4_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
     """Gather the destinations, look the whole vector up (misses overlapped), finish."""
     idx = np.empty(k, np.int64)
@@ -245,7 +245,7 @@ def ip4_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
     dp.counters[C.C_FIB_LOOKUPS] += m
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip6_lookup(work, k, buf, meta, frames, frame_n, dp) -> None:
     idx = np.empty(k, np.int64)
     tables = np.empty(k, np.int64)

@@ -152,7 +152,7 @@ def build_ns(buf, o, mac, src_ll, target_hi, target_lo) -> None:
     wr16(buf, c + 2, checksum(buf, c, 32, pseudo_header6(buf, l3, PROTO_ICMPV6, 32)))
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def neighbor_request(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
     live = dp.opts[OPT_LIVE] != 0
     for j in range(k):

@@ -43,7 +43,7 @@ NODES = (
 )
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def interface_output(work, k, meta, dp, txl, txn) -> None:
     n = txn[0]
     for j in range(k):
@@ -57,7 +57,7 @@ def interface_output(work, k, meta, dp, txl, txn) -> None:
     txn[0] = n
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def error_drop(work, k, meta, dp) -> None:
     for j in range(k):
         i = work[j]
@@ -70,7 +70,7 @@ def error_drop(work, k, meta, dp) -> None:
         meta[M_NEXT, i] = DONE_DROP
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def punt_node(work, k, meta, dp) -> None:
     for j in range(k):
         i = work[j]

@@ -342,7 +342,7 @@ def count_answer(counters, flags) -> None:
         counters[C.C_TCP_RESET_SENT] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
     # the arrays are taken out of dp once and no call in the loop takes dp: a dp argument
     # costs a reference count update of every array it holds, per call
@@ -411,7 +411,7 @@ def ip4_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
             send_redirect4(buf, meta, frames, frame_n, dp, nalloc, i, a)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def ip6_rewrite(work, k, buf, meta, frames, frame_n, dp, nalloc, now) -> None:
     ifc, adj, adj_rw, if_mac, if_ip6, counters = (
         dp.ifc, dp.adj, dp.adj_rw, dp.if_mac, dp.if_ip6, dp.counters)  # as in ip4-rewrite

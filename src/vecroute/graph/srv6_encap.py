@@ -128,7 +128,7 @@ def write_outer(buf, l3, ip6, iplen, h, sr_hdr, sr_list, lst):
     return n, inner
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
     # the arrays are taken out of dp once: handing dp to an inlined helper per packet costs a
     # reference count update of every array it holds (about half the node's time)

@@ -87,7 +87,7 @@ def _upper_layer(frames, frame_n, meta, i, l3, ul_off) -> None:
                    ICMP6_PARAM_PROBLEM, 4, ul_off - l3)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def srv6_localsid(work, k, buf, meta, frames, frame_n, dp) -> None:
     ends = 0
     decaps = 0

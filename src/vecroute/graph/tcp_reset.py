@@ -62,7 +62,7 @@ TH_ACK = 0x10
 RST_TTL = 64
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def tcp_reset(work, k, buf, meta, frames, frame_n, dp, now) -> None:
     for j in range(k):
         i = work[j]

@@ -184,7 +184,7 @@ def _record(buf, meta, i, dp, kind, node, now, v0, v1, v2) -> bool:
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def trace_begin(meta, dp) -> None:
     """Before a batch: forget the ids of the last one (only if it traced anything)."""
     tc = dp.trace_ctl
@@ -193,7 +193,7 @@ def trace_begin(meta, dp) -> None:
         tc[TR_DIRTY] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def trace_select(work, k, buf, meta, dp, node, now) -> None:
     """Before ``node`` runs: give the next matching packets of its input a trace id and
     record what they look like."""
@@ -213,7 +213,7 @@ def trace_select(work, k, buf, meta, dp, node, now) -> None:
         tc[TR_LEFT] -= 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def trace_record(work, k, buf, meta, dp, node, now) -> None:
     """After ``node`` ran: record each traced packet of its input."""
     for j in range(k):
@@ -222,7 +222,7 @@ def trace_record(work, k, buf, meta, dp, node, now) -> None:
             _record(buf, meta, i, dp, K_AFTER, node, now, -1, -1, -1)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=True)
 def trace_record_fw(work, k, buf, meta, dp, node, now, fw, fwv) -> None:
     """After fw-in / fw-out: also the verdict, the deciding rule's number and aux of each
     traced packet (the verdict rows are indexed like the node's input)."""

@@ -22,6 +22,7 @@ from numba import njit
 
 from vecroute.firewall.states import states_need_growth
 from vecroute.graph.dispatch import run_nodes
+from vecroute.graph.fast_path import fused_scratch
 from vecroute.io.pcap_write import RECORD_HDR, put_record
 from vecroute.packet.batch import M_LEN, M_OFF, M_ORIG, M_SEQ, M_TX, load_frames
 
@@ -144,6 +145,7 @@ def replay_loop(
     must act; returns why (RET_*). See the module docstring."""
     total = offs.size
     vector = ctl[RC_VECTOR]
+    sc, fl, acc = fused_scratch(work.shape[0])  # once a call, not once a batch
     while True:
         if ctl[RC_PENDING] != 0:
             r = _write_tx(ctl, buf, meta, ts, order, obuf, ofill, opackets)
@@ -159,7 +161,8 @@ def replay_loop(
         load_frames(buf, meta, ts, data, offs, lens, tss, rxs, pos, n)
         nalloc[0] = n
         now = tss[pos + n - 1]
-        run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
+        run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv,
+                  sc, fl, acc)
         ctl[RC_POS] = pos + n
         ctl[RC_BATCHES] += 1
         ctl[RC_N] = n

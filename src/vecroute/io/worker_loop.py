@@ -25,6 +25,7 @@ from numba import carray, njit
 
 from vecroute.firewall.states import states_need_growth
 from vecroute.graph.dispatch import run_nodes
+from vecroute.graph.fast_path import fused_scratch
 from vecroute.graph.ip_reass import reass_due
 from vecroute.io import af_packet_ring as R
 from vecroute.io.capture import CP_MODE, capture_processed, capture_received
@@ -127,6 +128,7 @@ def forward_loop(
     n_ports = ports.shape[0]
     n_ctl = cports.shape[0]
     errbuf = np.zeros(2, np.int32)
+    sc, fl, acc = fused_scratch(work.shape[0])  # once a call, not once a batch
     vector = ctl[W_VECTOR]
     t_enter = clock_ns(tsbuf, CLOCK_MONOTONIC)
     last_busy = t_enter
@@ -183,7 +185,8 @@ def forward_loop(
         capturing = cap_cfg[CP_MODE] != 0
         if capturing:
             capture_received(cap_cfg, cap_ctl, cap_hdr, cap_data, buf, meta, ts, injected, n)
-        run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv)
+        run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv,
+                  sc, fl, acc)
         if capturing:
             capture_processed(cap_cfg, cap_ctl, cap_hdr, cap_data, buf, meta, nalloc, txl,
                               txn[0], clock_ns(tsbuf, CLOCK_REALTIME))
