@@ -72,7 +72,7 @@ def bench_keys(n: int, rng: np.random.Generator) -> np.ndarray:
     return keys
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # as the fused pass: no reference counts
 def _classify(fw, keys, rounds, v, r, a) -> int:
     n = keys.shape[0]
     pos = 0
@@ -84,7 +84,7 @@ def _classify(fw, keys, rounds, v, r, a) -> int:
     return np.int64(v[0])
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # as the fused pass: no reference counts
 def _walk(fw, keys, rounds, slot) -> int:
     n = keys.shape[0]
     pos = 0
@@ -93,13 +93,25 @@ def _walk(fw, keys, rounds, slot) -> int:
         if pos + VECTOR > n:
             pos = 0
         for j in range(pos, pos + VECTOR):
-            hits += table_addr_lookup(fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups,
-                                      fw.t_idx, slot, 4, 0, keys[j, K_SRC_LO]) >= 0
+            hits += (
+                table_addr_lookup(
+                    fw.t4_roots,
+                    fw.t4_groups,
+                    fw.t6_roots,
+                    fw.t6_groups,
+                    fw.t_idx,
+                    slot,
+                    4,
+                    0,
+                    keys[j, K_SRC_LO],
+                )
+                >= 0
+            )
         pos += VECTOR
     return hits
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # as the fused pass: no reference counts
 def _count(fw, keys, rounds, rule) -> None:
     n = keys.shape[0]
     pos = 0
@@ -122,8 +134,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "bl.txt"
         p.write_text(table_text(1_000_000, rng))
-        fw = firewall(["100 deny ip from table(bl) to any"],
-                      tables=[{"name": "bl", "type": "addr"}])
+        fw = firewall(
+            ["100 deny ip from table(bl) to any"], tables=[{"name": "bl", "type": "addr"}]
+        )
         fw.tables.add_file("bl", p)
     d = fw.dataplane()
     v, r, a = (np.zeros(VECTOR, np.int32) for _ in range(3))
@@ -146,8 +159,10 @@ def main() -> None:
             t = time.process_time()
             f()
             samples[name].append((time.process_time() - t) / args.rounds / VECTOR * 1e9)
-    print(f"firewall floors, vector {VECTOR}, pinned to CPU {cpu}, {args.repeat} rounds, "
-          "ns per packet (CPU time)")
+    print(
+        f"firewall floors, vector {VECTOR}, pinned to CPU {cpu}, {args.repeat} rounds, "
+        "ns per packet (CPU time)"
+    )
     for name, s in samples.items():
         x = np.array(s)
         print(f"{name:36s} {np.median(x):6.2f} ns [{x.min():.2f} .. {x.max():.2f}]")
