@@ -395,7 +395,7 @@ def run_frames(data, off, length, ts_ns, rx_if, total, vs, buf, meta, ts, nalloc
     Returns the packets transmitted."""
     pos = 0
     sent = 0
-    sc, fl, acc = fused_scratch(work.shape[0])
+    sc, fl, acc = fused_scratch(vs)  # c <= vs
     while pos < total:
         c = min(vs, total - pos)
         load_frames(buf, meta, ts, data, off, length, ts_ns, rx_if, pos, c)

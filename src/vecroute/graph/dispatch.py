@@ -76,7 +76,7 @@ def run_graph(
             node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
             reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
             trace_ctl, trace_rec, trace_snap, trace_time)
-    sc, fl, acc = fused_scratch(work.shape[0])
+    sc, fl, acc = fused_scratch(max(n, 1))  # at most n candidates
     run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, None, None, None,
               sc, fl, acc)
 
@@ -103,7 +103,7 @@ def run_graph_fw(
             trace_ctl, trace_rec, trace_snap, trace_time)
     fw = FW(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes,
             cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl)
-    sc, fl, acc = fused_scratch(work.shape[0])
+    sc, fl, acc = fused_scratch(max(n, 1))  # at most n candidates
     run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv,
               sc, fl, acc)
 
@@ -113,7 +113,7 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
               sc, fl, acc):
     """Every node with packets, until all frames drain (run_graph's body; a compiled
     worker loop calls it directly). ``sc, fl, acc``: the fused pass's scratch
-    (fast_path.fused_scratch of the vector size), which a loop allocates once.
+    (fast_path.fused_scratch of at least n), which a loop allocates once.
 
     Compiled without reference counting, like the fused pass: a compiled function that
     counts references takes one on every array it is handed, on entry, and gives it back

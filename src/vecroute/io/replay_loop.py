@@ -145,7 +145,7 @@ def replay_loop(
     must act; returns why (RET_*). See the module docstring."""
     total = offs.size
     vector = ctl[RC_VECTOR]
-    sc, fl, acc = fused_scratch(work.shape[0])  # once a call, not once a batch
+    sc, fl, acc = fused_scratch(vector)  # once a call, not once a batch: n <= vector
     while True:
         if ctl[RC_PENDING] != 0:
             r = _write_tx(ctl, buf, meta, ts, order, obuf, ofill, opackets)

@@ -128,8 +128,8 @@ def forward_loop(
     n_ports = ports.shape[0]
     n_ctl = cports.shape[0]
     errbuf = np.zeros(2, np.int32)
-    sc, fl, acc = fused_scratch(work.shape[0])  # once a call, not once a batch
     vector = ctl[W_VECTOR]
+    sc, fl, acc = fused_scratch(vector)  # once a call, not once a batch: n <= vector
     t_enter = clock_ns(tsbuf, CLOCK_MONOTONIC)
     last_busy = t_enter
     ctl[W_ENTRIES] += 1
