@@ -231,6 +231,19 @@ def firewall(rules: list[str], default: str = "allow", tables: list | None = Non
     return Firewall(parse_firewall_config(raw, "bench"), IFNAMES, ME4, ME6, vector_size=VECTOR)
 
 
+def table_rule(entries: int, rng: np.random.Generator) -> Firewall:
+    """The issue's case: ``deny ip from table(bl) to any`` with ``entries`` no-match entries
+    in the table (loaded from a file, as an operator would)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "bl.txt"
+        p.write_text(table_text(entries, rng))
+        fw = firewall(
+            ["100 deny ip from table(bl) to any"], tables=[{"name": "bl", "type": "addr"}]
+        )
+        fw.tables.add_file("bl", p)
+    return fw
+
+
 # -- the integrated path ------------------------------------------------------------------------
 
 

@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 from bench.common import pin_to_one_cpu
-from bench.firewall import NOW_NS, SEED, VECTOR, firewall, table_text
+from bench.firewall import NOW_NS, SEED, VECTOR, table_rule
 from bench.forwarding import N_IF, host_ip4
 from vecroute.firewall.classify import fw_batch, fw_count
 from vecroute.firewall.keys import (
@@ -131,13 +129,7 @@ def main() -> None:
     cpu = pin_to_one_cpu(None)
     rng = np.random.default_rng(SEED)
     keys = bench_keys(1 << 16, rng)
-    with tempfile.TemporaryDirectory() as tmp:
-        p = Path(tmp) / "bl.txt"
-        p.write_text(table_text(1_000_000, rng))
-        fw = firewall(
-            ["100 deny ip from table(bl) to any"], tables=[{"name": "bl", "type": "addr"}]
-        )
-        fw.tables.add_file("bl", p)
+    fw = table_rule(1_000_000, rng)
     d = fw.dataplane()
     v, r, a = (np.zeros(VECTOR, np.int32) for _ in range(3))
     slot = fw.tables.slot("bl")

@@ -46,6 +46,7 @@ def child(tree: Path, table: Path, reps: int, cpu: int) -> dict[str, list[float]
     n = 1 << 20
     fr4, fr6 = make_frames4(n, tab, rng), make_frames6(n, tab, rng)
     path = VectorPath(fib, 256)
+    # bench.firewall.table_rule, spelt out: the base tree may predate it
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "bl.txt"
         p.write_text(table_text(1_000_000, rng))
