@@ -37,7 +37,7 @@ def _home(hi, lo, t, seed, mask) -> np.int64:
     return np.int64((z ^ (z >> np.uint64(29))) & mask)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def host6_lookup(keys, vals, t, hi, lo) -> np.int32:
     """The value of the /128 rule hi:lo in table index ``t``, or -1 (then: walk the trie)."""
     m = np.int64(vals.shape[0] - 1)

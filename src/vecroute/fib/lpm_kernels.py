@@ -86,7 +86,7 @@ def lpm4_lookup(roots, groups, table_index, addr):
     return np.int32(e & VALUE_MASK) if e & VALID else np.int32(-1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def lpm6_lookup(roots, groups, table_index, hi, lo):
     """Longest-prefix match of one IPv6 address given as two uint64 (big-endian halves).
 
@@ -116,7 +116,7 @@ def lpm4_lookup_vec(roots, groups, tables, addrs, n, out) -> None:
     lpm4_lookup_vec_in(roots, groups, tables, addrs, n, out, np.empty(n, np.uint32))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def lpm4_lookup_vec_in(roots, groups, tables, addrs, n, out, ents) -> None:
     """lpm4_lookup_vec over the scratch it is given (``ents``: uint32[>= n]), for callers
     compiled without reference counting, which cannot allocate."""
@@ -164,7 +164,7 @@ def lpm6_lookup_vec(roots, groups, tables, his, los, n, out) -> None:
                        np.empty(n, np.int64))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def lpm6_lookup_vec_in(roots, groups, tables, his, los, n, out, ents, active) -> None:
     """lpm6_lookup_vec over the scratch it is given (``ents``: uint32[>= n], ``active``:
     int64[>= n]), for callers compiled without reference counting."""

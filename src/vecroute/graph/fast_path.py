@@ -376,7 +376,7 @@ def _inner_len(buf, l3, six) -> np.int64:
     return np.int64(rd16(buf, l3 + 2))
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _account(node_stats, pk, clocks) -> None:
     """The fused pass in ``show runtime``: one call of each node that saw packets, with the
     packets it would have seen; each pass's clocks split among the nodes it stands for, by

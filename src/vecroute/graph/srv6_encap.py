@@ -87,7 +87,7 @@ NODES = (
 )
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def first_hop_miss(fib6_roots, fib6_groups, sr_list, sr_hdr, sr_cache, lst, gen) -> None:
     """Look the list's first segment up again (the FIB changed): fill its cache entry."""
     fib = sr_list[lst, LIST_FIB]
