@@ -17,7 +17,7 @@ from fw_reference import Pkt, RefFirewall, RefTables, keys_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vecroute.firewall.classify import classify_keys
+from vecroute.firewall.classify import classify_keys, classify_keys_tables
 from vecroute.firewall.compiler import compile_rules
 from vecroute.firewall.config import parse_firewall_config
 from vecroute.firewall.firewall import Firewall
@@ -460,3 +460,74 @@ def test_dense_and_sparse_groups_merge_in_rule_order():
         for _ in range(300)
     ]
     check_same(texts, pkts, [0] * len(pkts))
+
+
+# a rule set of address tables only: what ``tables_only()`` accepts, and what spoils it
+TABLE_ADDRS = ["any", "any", "table(t4)", "table(t4,2)", "table(t4,0)", "not table(t4)",
+               "not table(t4,5)"]
+TABLE_ACTS = ["allow", "deny", "reject", "unreach port", "unreach6 admin-prohib"]
+SPOILERS = ["frag", "in", "log", "keep-state", "count", "skipto 100", "reset", "tcp", "80",
+            "lookup dst-port ports", "xmit eth1", "203.0.113.0/24", "check-state"]
+
+
+@st.composite
+def table_rule_set(draw) -> tuple[list[str], bool]:
+    """(rules, spoilt): table-only rules, and sometimes one that is not (a port, an option,
+    a protocol, a state, a count...)."""
+    out = []
+    spoilt = False
+    for k in range(draw(st.integers(0, 6))):
+        act = draw(st.sampled_from(TABLE_ACTS))
+        src, dst = draw(st.sampled_from(TABLE_ADDRS)), draw(st.sampled_from(TABLE_ADDRS))
+        extra = draw(st.sampled_from(["", "", "", "lookup src-ip t4", "lookup dst-ip t4,1"]))
+        words = [str((k + 1) * 100), act, "ip", "from", src, "to", dst, extra]
+        if draw(st.integers(0, 5)) == 0:
+            spoilt = True
+            sp = draw(st.sampled_from(SPOILERS))
+            if sp in ("count", "skipto 100", "reset"):
+                words[1] = sp
+            elif sp == "tcp":
+                words[2] = sp
+            elif sp == "80":
+                words.insert(7, sp)
+            elif sp == "203.0.113.0/24":
+                words[4] = sp
+            elif sp == "check-state":
+                words = [words[0], sp]
+            elif sp == "log":
+                words.insert(2, sp)
+            else:
+                words.append(sp)
+        out.append(" ".join(w for w in words if w))
+    return out, spoilt
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    table_rule_set(),
+    st.lists(packet(), min_size=1, max_size=40),
+    st.lists(st.sampled_from([0, 1]), min_size=40, max_size=40),
+    st.booleans(),
+)
+def test_table_only_rule_sets_match_reference(rs, pkts, dirs, default_allow):
+    """``tables_only()`` holds exactly for rule sets of address-table tests with allow, deny
+    or reject (a rule that counts, jumps, logs, keeps state or looks at anything else
+    spoils it), and where it holds, ``fw_batch_tables`` (what the graph's table pass runs)
+    gives the reference's verdicts, rules, aux and counters."""
+    texts, spoilt = rs
+    tables = fw_tables()
+    cf, args = compiled(texts, tables, default_allow)
+    # "skipto 100" can name its own rule or an earlier one: still not table-only
+    assert cf.tables_only() == (not spoilt), texts
+    if spoilt:
+        return
+    ref = reference(texts, default_allow)
+    keys = keys_of(pkts)
+    v, r, a = classify_keys_tables(args, keys, 1000)
+    for j, p in enumerate(pkts):
+        want = ref.classify(p, dirs[j], 1000)
+        assert (int(v[j]), int(r[j]), int(a[j])) == want, (texts, p)
+    assert np.array_equal(cf.cnt, np.array(ref.counters, np.int64))
+    # and the walk agrees (the same rules: counters doubled)
+    v2, r2, a2 = classify_keys(args, keys, 0, 1000)
+    assert np.array_equal(v, v2) and np.array_equal(r, r2) and np.array_equal(a, a2)

@@ -451,6 +451,15 @@ def _find_number(rinfo, number):
 
 
 @njit(cache=True, inline="always")
+def _reject_aux(codes, family):
+    """A reject rule's ICMP error as ``type << 8 | code``: destination unreachable (type 3
+    for IPv4, ICMPv6 type 1) with the rule's code for the packet's family."""
+    if family == 6:
+        return np.int64((1 << 8) | ((codes >> 8) & 255))
+    return np.int64((3 << 8) | (codes & 255))
+
+
+@njit(cache=True, inline="always")
 def _verdict(rinfo, r, keys, i):
     act = rinfo[r, RI_ACT]
     v = V_DROP
@@ -460,11 +469,7 @@ def _verdict(rinfo, r, keys, i):
         x = 0
     elif act == A_REJECT:
         v = V_REJECT
-        codes = rinfo[r, RI_ARG]
-        if keys[i, K_FAMILY] == 6:
-            x = (1 << 8) | ((codes >> 8) & 255)
-        else:
-            x = (3 << 8) | (codes & 255)
+        x = _reject_aux(rinfo[r, RI_ARG], keys[i, K_FAMILY])
     elif act == A_RESET:
         f = keys[i, K_TCPFLAGS]
         if (
@@ -647,6 +652,54 @@ def _classify_list(fw, keys, i, direction, now):
         r = np.int64(glist[lst + l0]) if l0 < nl else dflt
 
 
+# -- rule sets of address tables only ---------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _tables_match(fw, r, fam, shi, slo, dhi, dlo):
+    """Rule r's program when it holds only address-table tests: all of them pass."""
+    prog = fw.prog
+    j = fw.rinfo[r, RI_POFF]
+    end = j + fw.rinfo[r, RI_PLEN]
+    while j < end:
+        src = prog[j, P_A] == 0
+        v = table_addr_lookup(fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx,
+                              prog[j, P_B], fam, shi if src else dhi, slo if src else dlo)
+        m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
+        if m == (prog[j, P_NEG] != 0):
+            return False
+        j += 1
+    return True
+
+
+@njit(cache=True, inline="always")
+def fw_table_rule(fw, fam, shi, slo, dhi, dlo):
+    """The deciding rule of a packet (family, source and destination as in the key columns)
+    under a rule set that ``CompiledFirewall.tables_only()`` accepts: the first candidate
+    whose table tests pass, else the default rule's index. The same answer as the walk
+    (``fw_batch``) with neither key rows nor class rows: what a blocklist costs is its table
+    lookups. Counts nothing (the caller counts, and may count the default rule at once)."""
+    glist = fw.glist
+    lst = fw.cmap[CM_LIST]
+    for q in range(fw.cmap[CM_LIST_N]):
+        r = np.int64(glist[lst + q])
+        if _tables_match(fw, r, fam, shi, slo, dhi, dlo):
+            return r
+    return np.int64(fw.rinfo.shape[0] - 1)
+
+
+@njit(cache=True, inline="always")
+def fw_table_verdict(fw, r, fam):
+    """(verdict, aux) of rule r of such a rule set (allow, deny or reject) for a packet of
+    family ``fam``, as ``fw_batch`` gives them."""
+    act = fw.rinfo[r, RI_ACT]
+    if act == A_ALLOW:
+        return V_PASS, np.int64(0)
+    if act == A_REJECT:
+        return V_REJECT, _reject_aux(fw.rinfo[r, RI_ARG], fam)
+    return V_DROP, np.int64(DROP_RULE)
+
+
 # -- entry points -----------------------------------------------------------------------------
 
 
@@ -685,6 +738,41 @@ def fw_count(fw, rule, length, now) -> None:
     _count(fw.cnt, rule, length, now)
 
 
+@njit(cache=True, inline="always")
+def fw_count_many(fw, rule, packets, nbytes, now) -> None:
+    """Count ``packets`` packets of ``nbytes`` bytes in all for rule index ``rule`` at once
+    (a vector's packets that one rule decided, e.g. the default rule)."""
+    cnt = fw.cnt
+    cnt[rule, 0] += packets
+    cnt[rule, 1] += nbytes
+    cnt[rule, 2] = now
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def fw_batch_tables(fw, keys, n, now, verdicts, rules, aux):
+    """``fw_batch`` for a rule set that ``CompiledFirewall.tables_only()`` accepts and a
+    state table with nothing to sweep: the same outputs and counts, from the key rows'
+    family and addresses only (the graph reads those from the header instead)."""
+    dflt = fw.rinfo.shape[0] - 1
+    nd = np.int64(0)
+    nbytes = np.int64(0)
+    for i in range(n):
+        fam = keys[i, K_FAMILY]
+        r = fw_table_rule(fw, fam, keys[i, K_SRC_HI], keys[i, K_SRC_LO], keys[i, K_DST_HI],
+                          keys[i, K_DST_LO])
+        v, x = fw_table_verdict(fw, r, fam)
+        verdicts[i] = v
+        rules[i] = r
+        aux[i] = x
+        if r == dflt:
+            nd += 1
+            nbytes += keys[i, K_LEN]
+        else:
+            _count(fw.cnt, r, keys[i, K_LEN], now)
+    if nd > 0:
+        fw_count_many(fw, dflt, nd, nbytes, now)
+
+
 def classify_keys(
     args: tuple, keys: np.ndarray, direction: int = DIR_IN, now: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -695,4 +783,17 @@ def classify_keys(
     r = np.zeros(n, np.int32)
     a = np.zeros(n, np.int32)
     fw_batch(FW(*args), np.ascontiguousarray(keys, np.int64), n, direction, np.int64(now), v, r, a)
+    return v, r, a
+
+
+def classify_keys_tables(
+    args: tuple, keys: np.ndarray, now: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``classify_keys`` through ``fw_batch_tables`` (tests: the table-only classification
+    against the walk and the reference); the rule set must be ``tables_only()``."""
+    n = keys.shape[0]
+    v = np.zeros(n, np.int32)
+    r = np.zeros(n, np.int32)
+    a = np.zeros(n, np.int32)
+    fw_batch_tables(FW(*args), np.ascontiguousarray(keys, np.int64), n, np.int64(now), v, r, a)
     return v, r, a

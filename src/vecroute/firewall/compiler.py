@@ -38,7 +38,9 @@ from numba import njit
 
 from vecroute.fib.lpm import Lpm
 from vecroute.firewall.layout import (
+    A_ALLOW,
     A_COUNT,
+    A_DENY,
     A_REJECT,
     A_SKIPTO,
     C4_DST,
@@ -69,11 +71,13 @@ from vecroute.firewall.layout import (
     META_OFF,
     N_GROUPS,
     NO_PORT,
+    OP_ADDR_TABLE,
     OP_IFACE,
     OP_IFACE_TABLE,
     P_COLS,
     P_OP,
     PORT_DOMAIN,
+    RF_CHECK,
     RF_LOG,
     RF_PROBE,
     RI_ACT,
@@ -240,6 +244,30 @@ class CompiledFirewall:
         rows_in = cmap[META_OFF : META_OFF + 514].astype(np.int64)
         rows_out = cmap[META_OFF + 514 : META_OFF + 1028].astype(np.int64)
         return bool((self.bm[rows_in] == self.bm[rows_out]).all())
+
+    def tables_only(self) -> bool:
+        """True when every packet has the same candidate rules (no indexed field tells
+        packets apart: ``cmap[CM_LIST]``) and each of them, the default rule included, is
+        decided by address tables alone: a program of address-table tests only (``from
+        table(bl)``, ``to not table(x, 3)``, ``lookup dst-ip``; none for ``any``), the action
+        allow, deny or reject/unreach, no state, count, skipto or log. The data path then
+        classifies from the addresses in the header, without the key rows
+        (``classify.fw_table_rule``); the answer is the full walk's (tests/test_fw_graph.py
+        checks it against the reference)."""
+        cmap = self.cmap
+        if cmap[CM_LIST] < 0 or self.probes[0] < len(self.rules) - 1:
+            return False  # candidates differ by packet, or a walk would look states up
+        listed = self.glist[int(cmap[CM_LIST]) : int(cmap[CM_LIST] + cmap[CM_LIST_N])]
+        ri = self.rinfo[np.append(listed.astype(np.int64), len(self.rules) - 1)]
+        if not np.isin(ri[:, RI_ACT], (A_ALLOW, A_DENY, A_REJECT)).all():
+            return False
+        if (ri[:, RI_FLAGS] & ~RF_CHECK).any():
+            return False  # keep-state, log
+        # the program rows of those rules, in one vector pass (runs after every change)
+        plen = ri[:, RI_PLEN]
+        start = np.repeat(ri[:, RI_POFF] - (np.cumsum(plen) - plen), plen)
+        rows = start + np.arange(int(plen.sum()))
+        return bool((self.prog[rows, P_OP] == OP_ADDR_TABLE).all())
 
     @property
     def nbytes(self) -> int:

@@ -38,6 +38,7 @@ from vecroute.graph.state import (
     FW_OUT_REPEATS,
     FW_RUN_IN,
     FW_RUN_OUT,
+    FW_TABLES,
     NS_CALLS,
     NS_CLOCKS,
     NS_PACKETS,
@@ -273,8 +274,10 @@ class Graph:
             self._build_tail()
             trivial = fw.compiled.trivial_directions()  # bit 1 << DIR_IN / DIR_OUT
             repeats = FW_OUT_REPEATS if fw.compiled.out_repeats_in() else 0
+            tables = FW_TABLES if fw.compiled.tables_only() else 0
             opts = self.state.opts
-            opts[OPT_FW] = (opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) | (trivial << 2) | repeats
+            opts[OPT_FW] = ((opts[OPT_FW] & (FW_RUN_IN | FW_RUN_OUT)) | (trivial << 2) | repeats
+                            | tables)
 
     def loop_args(self) -> tuple:
         """(frames, frame_n, work, txl, txn, DP, FW or None, keys, verdicts): the graph as

@@ -58,12 +58,12 @@ from numba import njit
 
 from vecroute.fib.host6 import host6_lookup
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
-from vecroute.firewall.classify import fw_count
+from vecroute.firewall.classify import fw_count, fw_count_many
 from vecroute.firewall.layout import DIR_IN, DIR_OUT, V_PASS
 from vecroute.firewall.states import FC_COUNT
 from vecroute.graph import counters as C
 from vecroute.graph.cycles import readcyclecounter
-from vecroute.graph.firewall import fw_act, fw_classify
+from vecroute.graph.firewall import fw_act, fw_classify, fw_table_decide
 from vecroute.graph.flow_hash import flow_hash4_at, flow_hash6_at, flow_hash6_dst
 from vecroute.graph.frames import enqueue
 from vecroute.graph.node_ids import (
@@ -105,6 +105,7 @@ from vecroute.graph.state import (
     FW_OUT_REPEATS,
     FW_RUN_IN,
     FW_RUN_OUT,
+    FW_TABLES,
     I_FIB4,
     I_FIB6,
     I_MTU,
@@ -272,6 +273,64 @@ def _icmp_error_flag(buf, l4, end, proto, ip6) -> int:
         if t == 3 or t == 4 or t == 5 or t == 11 or t == 12 or t > 18:
             return F_ICMP_ERROR
     return 0
+
+
+@njit(cache=True, inline="always")
+def _stage(buf, meta, if_stats, i, ln, l4, ulp, fib, six) -> None:
+    """Slot i's metadata as ethernet-input and ip4/ip6-input would have left it (and
+    ethernet-input's receive count, before the padding goes): for a packet that leaves the
+    pass for a node after it was classified."""
+    l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
+    rx = meta[M_RX, i]
+    if_stats[rx, IFS_RX_PKTS] += 1
+    if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
+    meta[M_LEN, i] = ETH_HLEN + ln
+    meta[M_L3, i] = l3
+    meta[M_L4, i] = l4
+    meta[M_PROTO, i] = ulp
+    meta[M_FIB, i] = fib
+    meta[M_FLAGS, i] = (F_IP6 if six else 0) | _icmp_error_flag(buf, l4, l3 + ln, ulp, six)
+
+
+@njit(cache=True, inline="always")
+def _tables_pass(fw, buf, meta, slot, nc, ip6, iplen, state, fwv, dflt, now) -> None:
+    """The pending candidates classified under a table-only rule set (``FW_TABLES``) from
+    their headers: verdict rows by candidate in fwv, the rules counted, the default rule
+    once for all the packets it decided."""
+    nd = np.int64(0)
+    nbytes = np.int64(0)
+    for c in range(nc):
+        if state[c] != PENDING:
+            continue
+        l3 = np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN
+        r = fw_table_decide(fw, buf, l3, ip6[c] != 0, fwv, c)
+        if r == dflt:
+            nd += 1
+            nbytes += iplen[c]
+        else:
+            fw_count(fw, r, iplen[c], now)
+    if nd > 0:
+        fw_count_many(fw, dflt, nd, nbytes, now)
+
+
+@njit(cache=True, inline="always")
+def _repeat_pass(fw, fwv, iplen, state, nc, dflt, now) -> None:
+    """fw-out when it must end as fw-in did (``FW_OUT_REPEATS``): each pending candidate
+    counted again for the rule that passed it at fw-in (fwv by candidate), the default
+    rule once for all of its packets."""
+    nd = np.int64(0)
+    nbytes = np.int64(0)
+    for c in range(nc):
+        if state[c] != PENDING:
+            continue
+        r = np.int64(fwv[1, c])
+        if r == dflt:
+            nd += 1
+            nbytes += iplen[c]
+        else:
+            fw_count(fw, r, iplen[c], now)
+    if nd > 0:
+        fw_count_many(fw, dflt, nd, nbytes, now)
 
 
 @njit(cache=True, inline="always")
@@ -473,10 +532,23 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     rww = np.int64(dp.adj_rw.shape[1])
     fw_in = False
     fw_out = False
+    tables = False  # FW_TABLES: classified from the header's addresses, no key rows
+    repeats = False  # fw-out counts fw-in's rule again (FW_OUT_REPEATS)
+    dflt = 0
     if fw is not None:
-        fw_in = (dp.opts[OPT_FW] & FW_RUN_IN) != 0
-        fw_out = (dp.opts[OPT_FW] & FW_RUN_OUT) != 0
-    staged = fw_in or fw_out
+        fopt = dp.opts[OPT_FW]
+        fw_in = (fopt & FW_RUN_IN) != 0
+        fw_out = (fopt & FW_RUN_OUT) != 0
+        nostates = fw.ctl[FC_COUNT] == 0  # none to sweep (and these rule sets make none)
+        tables = (fopt & FW_TABLES) != 0 and nostates
+        repeats = fw_in and (fopt & FW_OUT_REPEATS) != 0 and nostates
+        dflt = fw.rinfo.shape[0] - 1
+    # a classified packet cannot go back to ethernet-input: what leaves the pass after
+    # fw-in goes on at a node, with its metadata. The key extraction reads the metadata,
+    # so every candidate's is written up front ("staged"); a table-only rule set reads the
+    # header itself, and only the packets that leave are staged, one by one
+    fwpath = fw_in or fw_out
+    staged = (fw_in and not tables) or (fw_out and not tables and not repeats)
     t0 = readcyclecounter()
     # -- 1. parse and validate: the candidates, in arrival order
     slot, pos, iplen, tab, val, adjs, hashes = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6]
@@ -531,28 +603,27 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     parsed6 = nc - parsed4
     if staged:  # past ip4/ip6-input for good: its metadata, as the nodes would have it
         for c in range(nc):
-            i = slot[c]
-            l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
-            rx = meta[M_RX, i]
-            if_stats[rx, IFS_RX_PKTS] += 1  # ethernet-input's, before the padding goes
-            if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
-            meta[M_LEN, i] = ETH_HLEN + iplen[c]
-            meta[M_L3, i] = l3
-            meta[M_L4, i] = l4s[c]
-            meta[M_PROTO, i] = ulps[c]
-            meta[M_FIB, i] = tab[c]
-            meta[M_FLAGS, i] = (F_IP6 if ip6[c] else 0) | _icmp_error_flag(
-                buf, l4s[c], l3 + iplen[c], ulps[c], ip6[c])
+            _stage(buf, meta, if_stats, slot[c], iplen[c], l4s[c], ulps[c], tab[c],
+                   ip6[c] != 0)
         pk[ETHERNET_INPUT] = nc
         pk[IP4_INPUT] = parsed4
         pk[IP6_INPUT] = parsed6
     t1 = readcyclecounter()
     # -- fw-in over the candidates
     if fw_in:
-        fw_classify(slot, nc, buf, meta, dp, fw, fwk, fwv, now, DIR_IN)
+        if tables:
+            _tables_pass(fw, buf, meta, slot, nc, ip6, iplen, state, fwv, dflt, now)
+        else:
+            fw_classify(slot, nc, buf, meta, dp, fw, fwk, fwv, now, DIR_IN)
         for c in range(nc):
             if fwv[0, c] != V_PASS:
-                fw_act(frames, frame_n, meta, slot[c], fwv[0, c], fwv[2, c], ip6[c] != 0)
+                i = slot[c]
+                if not staged:
+                    _stage(buf, meta, if_stats, i, iplen[c], l4s[c], ulps[c], tab[c],
+                           ip6[c] != 0)
+                    pk[ETHERNET_INPUT] += 1
+                    pk[IP6_INPUT if ip6[c] else IP4_INPUT] += 1
+                fw_act(frames, frame_n, meta, i, fwv[0, c], fwv[2, c], ip6[c] != 0)
                 state[c] = GONE
         pk[FW_IN] = nc
     t2 = readcyclecounter()
@@ -611,7 +682,7 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                     else:
                         ok = not (redirect4_wanted_at(buf, l3, rx, flags, ifc, adj, a)
                                   and has_token(tb, now))
-            elif staged:
+            elif fwpath:
                 ok = False  # SRv6 with a firewall: the nodes from the lookup on
             elif t == ADJ_SRV6_ENCAP:  # srv6-encap: its segment list, its first hop
                 ok = False
@@ -664,7 +735,12 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
             adjs[c] = a
             hashes[c] = h
         if not ok:
-            if staged:  # the lookup node takes it from here (and looks it up itself)
+            if fwpath:  # the lookup node takes it from here (and looks it up itself)
+                if not staged:
+                    _stage(buf, meta, if_stats, i, iplen[c], l4s[c], ulps[c], tab[c],
+                           ip6[c] != 0)
+                    pk[ETHERNET_INPUT] += 1
+                    pk[IP6_INPUT if ip6[c] else IP4_INPUT] += 1
                 enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6[c] else IP4_LOOKUP, i)
                 state[c] = GONE
             else:
@@ -708,7 +784,31 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     t5 = readcyclecounter()
     # -- fw-out over what would leave
     nout = 0
-    if fw_out:
+    fw_lookups = 0  # packets fw-out stops after their lookup (the lookup nodes' count)
+    if fw_out and not staged:
+        # no key rows: fw-in's rules again (the rule set cannot tell the passes apart:
+        # CompiledFirewall.out_repeats_in), or a table-only rule set's own pass
+        if repeats:
+            _repeat_pass(fw, fwv, iplen, state, nc, dflt, now)
+        else:
+            _tables_pass(fw, buf, meta, slot, nc, ip6, iplen, state, fwv, dflt, now)
+        for c in range(nc):
+            if state[c] != PENDING:
+                continue
+            nout += 1
+            if fwv[0, c] != V_PASS:
+                i = slot[c]
+                _stage(buf, meta, if_stats, i, iplen[c], l4s[c], ulps[c], tab[c],
+                       ip6[c] != 0)
+                pk[ETHERNET_INPUT] += 1
+                pk[IP6_INPUT if ip6[c] else IP4_INPUT] += 1
+                pk[IP6_LOOKUP if ip6[c] else IP4_LOOKUP] += 1
+                fw_lookups += 1
+                meta[M_ADJ, i] = adjs[c]
+                fw_act(frames, frame_n, meta, i, fwv[0, c], fwv[2, c], ip6[c] != 0)
+                state[c] = GONE
+        pk[FW_OUT] = nout
+    elif fw_out:
         for c in range(nc):
             if state[c] == PENDING:
                 i = slot[c]
@@ -716,13 +816,8 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                 work[nout] = i
                 back[nout] = c
                 nout += 1
-        if fw_in and dp.opts[OPT_FW] & FW_OUT_REPEATS and fw.ctl[FC_COUNT] == 0:
-            # the rule set cannot tell the passes apart (CompiledFirewall.out_repeats_in):
-            # each packet passes again by the rule that passed it at fw-in (states left by
-            # an earlier rule set: classify, as fw_batch also sweeps them)
-            for q in range(nout):
-                c = back[q]
-                fw_count(fw, fwv[1, c], iplen[c], now)
+        if repeats:  # as above (fw-in passed them all), over the staged packets
+            _repeat_pass(fw, fwv, iplen, state, nc, dflt, now)
         else:
             fw_classify(work, nout, buf, meta, dp, fw, fwk, fwv, now, DIR_OUT)
             for q in range(nout):
@@ -850,7 +945,8 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     frame_n[ETHERNET_INPUT] = rest
     t7 = readcyclecounter()
     counters = dp.counters
-    counters[C.C_FIB_LOOKUPS] += (pk[IP4_LOOKUP] + pk[IP6_LOOKUP]) if staged else lookups
+    counters[C.C_FIB_LOOKUPS] += ((pk[IP4_LOOKUP] + pk[IP6_LOOKUP]) if staged
+                                  else lookups + fw_lookups)
     counters[C.C_IP4_FORWARDED] += f4
     counters[C.C_IP6_FORWARDED] += f6
     counters[C.C_SRV6_ENCAPSULATED] += n_encap

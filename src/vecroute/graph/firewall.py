@@ -24,7 +24,13 @@ one, the ``opts[OPT_FW]`` bits say which directions run.
 import numpy as np
 from numba import njit
 
-from vecroute.firewall.classify import fw_batch
+from vecroute.firewall.classify import (
+    fw_batch,
+    fw_count,
+    fw_count_many,
+    fw_table_rule,
+    fw_table_verdict,
+)
 from vecroute.firewall.keys import K_RX, K_TX, extract_keys
 from vecroute.firewall.layout import (
     A_ALLOW,
@@ -35,6 +41,7 @@ from vecroute.firewall.layout import (
     V_PASS,
     V_REJECT,
 )
+from vecroute.firewall.states import FC_COUNT
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.ip6_input import walk_ext_headers
@@ -47,7 +54,7 @@ from vecroute.graph.node_ids import (
     TCP_RESET,
 )
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import A_IF, FW_TRIVIAL_IN, OPT_FW
+from vecroute.graph.state import A_IF, FW_TABLES, FW_TRIVIAL_IN, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
@@ -65,7 +72,7 @@ from vecroute.packet.batch import (
     M_PROTO,
     M_TX,
 )
-from vecroute.packet.headers import rd16, rd32
+from vecroute.packet.headers import rd16, rd32, rd64
 
 NODES = (
     NodeDecl(
@@ -158,9 +165,57 @@ def _default_only(work, k, buf, meta, fw, fwv, now) -> None:
         fwv[1, j] = dflt
         fwv[2, j] = 0
         nbytes += meta[M_OFF, i] + meta[M_LEN, i] - meta[M_L3, i]
-    fw.cnt[dflt, 0] += k
-    fw.cnt[dflt, 1] += nbytes
-    fw.cnt[dflt, 2] = now
+    fw_count_many(fw, dflt, k, nbytes, now)
+
+
+@njit(cache=True, inline="always")
+def ip_length(buf, l3, six) -> np.int64:
+    """The IP length field of the packet at l3, header included (the key's K_LEN)."""
+    if six:
+        return 40 + np.int64(rd16(buf, l3 + 4))
+    return np.int64(rd16(buf, l3 + 2))
+
+
+@njit(cache=True, inline="always")
+def fw_table_decide(fw, buf, l3, six, fwv, j) -> np.int64:
+    """Classify the packet at l3 under a rule set of address tables only (``FW_TABLES``):
+    its verdict row j in fwv, and the deciding rule returned; counts nothing. The
+    addresses come straight from the header: no key row."""
+    if six:
+        fam = np.int64(6)
+        r = fw_table_rule(fw, fam, np.int64(rd64(buf, l3 + 8)), np.int64(rd64(buf, l3 + 16)),
+                          np.int64(rd64(buf, l3 + 24)), np.int64(rd64(buf, l3 + 32)))
+    else:
+        fam = np.int64(4)
+        r = fw_table_rule(fw, fam, np.int64(0), np.int64(rd32(buf, l3 + 12)), np.int64(0),
+                          np.int64(rd32(buf, l3 + 16)))
+    v, x = fw_table_verdict(fw, r, fam)
+    fwv[0, j] = v
+    fwv[1, j] = r
+    fwv[2, j] = x
+    return r
+
+
+@njit(cache=True, _nrt=False)
+def _tables_only(work, k, buf, meta, fw, fwv, now) -> None:
+    """Classify the vector under a rule set of address tables only (the caller checked
+    ``FW_TABLES`` and that no state is left to sweep): the walk's verdicts and counts, the
+    default rule's counted once for the vector."""
+    dflt = fw.rinfo.shape[0] - 1
+    nd = np.int64(0)
+    nbytes = np.int64(0)
+    for j in range(k):
+        l3 = np.int64(meta[M_L3, work[j]])
+        six = (buf[l3] >> 4) == 6
+        r = fw_table_decide(fw, buf, l3, six, fwv, j)
+        ln = ip_length(buf, l3, six)
+        if r == dflt:
+            nd += 1
+            nbytes += ln
+        else:
+            fw_count(fw, r, ln, now)
+    if nd > 0:
+        fw_count_many(fw, dflt, nd, nbytes, now)
 
 
 @njit(cache=True, _nrt=False)
@@ -170,6 +225,9 @@ def fw_classify(work, k, buf, meta, dp, fw, fwk, fwv, now, direction) -> None:
     Counts rules and keeps states; sends no packet anywhere (fw_act does)."""
     if dp.opts[OPT_FW] & (FW_TRIVIAL_IN << direction):
         _default_only(work, k, buf, meta, fw, fwv, now)
+        return
+    if dp.opts[OPT_FW] & FW_TABLES and fw.ctl[FC_COUNT] == 0:
+        _tables_only(work, k, buf, meta, fw, fwv, now)
         return
     extract_keys(buf, meta, work, k, fwk)
     if direction != DIR_IN:

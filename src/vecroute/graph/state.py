@@ -110,6 +110,7 @@ FW_RUN_OUT = 2
 FW_TRIVIAL_IN = 4  # no rule but the default can match at input: apply it, skip classifying
 FW_TRIVIAL_OUT = 8  # the same at output
 FW_OUT_REPEATS = 16  # the output pass must end as the input pass did (out_repeats_in)
+FW_TABLES = 32  # every candidate rule tests only address tables (tables_only): no keys needed
 
 # SRv6 local SIDs (sr_sid int32 [n, SID_COLS])
 SID_BEHAVIOR = 0
