@@ -157,6 +157,9 @@ from vecroute.firewall.states import (
     sweep_states,
 )
 from vecroute.firewall.tables import (
+    TI_LPM4,
+    TI_LPM6,
+    lpm4_get,
     lpm6_get,
     table_addr_lookup,
     table_iface_lookup,
@@ -656,15 +659,17 @@ def _classify_list(fw, keys, i, direction, now):
 
 
 @njit(cache=True, inline="always")
-def _tables_match(fw, r, fam, shi, slo, dhi, dlo):
+def _tables_match(fw, r, keys, i):
     """Rule r's program when it holds only address-table tests: all of them pass."""
     prog = fw.prog
     j = fw.rinfo[r, RI_POFF]
     end = j + fw.rinfo[r, RI_PLEN]
+    fam = keys[i, K_FAMILY]
     while j < end:
         src = prog[j, P_A] == 0
         v = table_addr_lookup(fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups, fw.t_idx,
-                              prog[j, P_B], fam, shi if src else dhi, slo if src else dlo)
+                              prog[j, P_B], fam, keys[i, K_SRC_HI if src else K_DST_HI],
+                              keys[i, K_SRC_LO if src else K_DST_LO])
         m = v >= 0 and (prog[j, P_C] < 0 or v == prog[j, P_C])
         if m == (prog[j, P_NEG] != 0):
             return False
@@ -673,31 +678,95 @@ def _tables_match(fw, r, fam, shi, slo, dhi, dlo):
 
 
 @njit(cache=True, inline="always")
-def fw_table_rule(fw, fam, shi, slo, dhi, dlo):
-    """The deciding rule of a packet (family, source and destination as in the key columns)
-    under a rule set that ``CompiledFirewall.tables_only()`` accepts: the first candidate
-    whose table tests pass, else the default rule's index. The same answer as the walk
-    (``fw_batch``) with neither key rows nor class rows: what a blocklist costs is its table
-    lookups. Counts nothing (the caller counts, and may count the default rule at once)."""
-    glist = fw.glist
-    lst = fw.cmap[CM_LIST]
-    for q in range(fw.cmap[CM_LIST_N]):
-        r = np.int64(glist[lst + q])
-        if _tables_match(fw, r, fam, shi, slo, dhi, dlo):
-            return r
-    return np.int64(fw.rinfo.shape[0] - 1)
+def _table_test_vector(fw, j, r, keys, n, rules):
+    """Rule r, whose program is the one table test of row j, over the packets no earlier
+    rule decided (``rules[i] < 0``): the row read and the table's tries chosen once, so a
+    packet costs its walk. Returns how many it decided."""
+    prog = fw.prog
+    hi = K_SRC_HI if prog[j, P_A] == 0 else K_DST_HI
+    lo = K_SRC_LO if prog[j, P_A] == 0 else K_DST_LO
+    want = prog[j, P_C]
+    neg = prog[j, P_NEG] != 0
+    t4 = fw.t_idx[prog[j, P_B], TI_LPM4]
+    t6 = fw.t_idx[prog[j, P_B], TI_LPM6]
+    r4, g4, r6, g6 = fw.t4_roots, fw.t4_groups, fw.t6_roots, fw.t6_groups
+    hits = 0
+    for i in range(n):
+        if rules[i] >= 0:
+            continue
+        v = np.int64(-1)
+        if keys[i, K_FAMILY] == 4:
+            if t4 >= 0:
+                v = lpm4_get(r4, g4, t4, np.uint32(keys[i, lo] & 0xFFFFFFFF))
+        elif t6 >= 0:
+            v = lpm6_get(r6, g6, t6, np.uint64(keys[i, hi]), np.uint64(keys[i, lo]))
+        m = v >= 0 and (want < 0 or v == want)
+        if m != neg:
+            rules[i] = r
+            hits += 1
+    return hits
 
 
 @njit(cache=True, inline="always")
 def fw_table_verdict(fw, r, fam):
-    """(verdict, aux) of rule r of such a rule set (allow, deny or reject) for a packet of
-    family ``fam``, as ``fw_batch`` gives them."""
+    """(verdict, aux) of rule r of a table-only rule set (allow, deny or reject) for a
+    packet of family ``fam``, as ``fw_batch`` gives them."""
     act = fw.rinfo[r, RI_ACT]
     if act == A_ALLOW:
         return V_PASS, np.int64(0)
     if act == A_REJECT:
         return V_REJECT, _reject_aux(fw.rinfo[r, RI_ARG], fam)
     return V_DROP, np.int64(DROP_RULE)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def fw_batch_tables(fw, keys, n, now, verdicts, rules, aux):
+    """``fw_batch`` for a rule set that ``CompiledFirewall.tables_only()`` accepts, with no
+    state left to sweep: the same verdicts, rules, aux and counts, from the key columns
+    K_FAMILY, K_SRC_HI/LO, K_DST_HI/LO and K_LEN only (the graph fills just those). Rule by
+    rule over the vector rather than packet by packet: each rule's test is read once, and a
+    blocklist's packet costs its table walk. The default rule is counted once for all the
+    packets it decided. Returns how many packets did not pass."""
+    dflt = np.int64(fw.rinfo.shape[0] - 1)
+    for i in range(n):
+        rules[i] = -1
+    lst = fw.cmap[CM_LIST]
+    left = n
+    for q in range(fw.cmap[CM_LIST_N]):
+        if left == 0:
+            break
+        r = np.int64(fw.glist[lst + q])
+        plen = fw.rinfo[r, RI_PLEN]
+        if plen == 1:
+            left -= _table_test_vector(fw, fw.rinfo[r, RI_POFF], r, keys, n, rules)
+            continue
+        for i in range(n):  # no test (any to any) or several (all must pass)
+            if rules[i] < 0 and (plen == 0 or _tables_match(fw, r, keys, i)):
+                rules[i] = r
+                left -= 1
+    dv4, dx4 = fw_table_verdict(fw, dflt, 4)
+    dv6, dx6 = fw_table_verdict(fw, dflt, 6)
+    nd = np.int64(0)
+    nbytes = np.int64(0)
+    stopped = 0
+    for i in range(n):
+        r = np.int64(rules[i])
+        six = keys[i, K_FAMILY] == 6
+        if r < 0:
+            rules[i] = dflt
+            v, x = (dv6, dx6) if six else (dv4, dx4)
+            nd += 1
+            nbytes += keys[i, K_LEN]
+        else:
+            v, x = fw_table_verdict(fw, r, 6 if six else 4)
+            _count(fw.cnt, r, keys[i, K_LEN], now)
+        verdicts[i] = v
+        aux[i] = x
+        if v != V_PASS:
+            stopped += 1
+    if nd > 0:
+        fw_count_many(fw, dflt, nd, nbytes, now)
+    return stopped
 
 
 # -- entry points -----------------------------------------------------------------------------
@@ -746,31 +815,6 @@ def fw_count_many(fw, rule, packets, nbytes, now) -> None:
     cnt[rule, 0] += packets
     cnt[rule, 1] += nbytes
     cnt[rule, 2] = now
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def fw_batch_tables(fw, keys, n, now, verdicts, rules, aux):
-    """``fw_batch`` for a rule set that ``CompiledFirewall.tables_only()`` accepts and a
-    state table with nothing to sweep: the same outputs and counts, from the key rows'
-    family and addresses only (the graph reads those from the header instead)."""
-    dflt = fw.rinfo.shape[0] - 1
-    nd = np.int64(0)
-    nbytes = np.int64(0)
-    for i in range(n):
-        fam = keys[i, K_FAMILY]
-        r = fw_table_rule(fw, fam, keys[i, K_SRC_HI], keys[i, K_SRC_LO], keys[i, K_DST_HI],
-                          keys[i, K_DST_LO])
-        v, x = fw_table_verdict(fw, r, fam)
-        verdicts[i] = v
-        rules[i] = r
-        aux[i] = x
-        if r == dflt:
-            nd += 1
-            nbytes += keys[i, K_LEN]
-        else:
-            _count(fw.cnt, r, keys[i, K_LEN], now)
-    if nd > 0:
-        fw_count_many(fw, dflt, nd, nbytes, now)
 
 
 def classify_keys(

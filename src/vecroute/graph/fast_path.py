@@ -58,12 +58,12 @@ from numba import njit
 
 from vecroute.fib.host6 import host6_lookup
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
-from vecroute.firewall.classify import fw_count, fw_count_many
+from vecroute.firewall.classify import fw_batch_tables, fw_count, fw_count_many
 from vecroute.firewall.layout import DIR_IN, DIR_OUT, V_PASS
 from vecroute.firewall.states import FC_COUNT
 from vecroute.graph import counters as C
 from vecroute.graph.cycles import readcyclecounter
-from vecroute.graph.firewall import fw_act, fw_classify, fw_table_decide
+from vecroute.graph.firewall import fw_act, fw_classify, table_keys
 from vecroute.graph.flow_hash import flow_hash4_at, flow_hash6_at, flow_hash6_dst
 from vecroute.graph.frames import enqueue
 from vecroute.graph.node_ids import (
@@ -290,27 +290,6 @@ def _stage(buf, meta, if_stats, i, ln, l4, ulp, fib, six) -> None:
     meta[M_PROTO, i] = ulp
     meta[M_FIB, i] = fib
     meta[M_FLAGS, i] = (F_IP6 if six else 0) | _icmp_error_flag(buf, l4, l3 + ln, ulp, six)
-
-
-@njit(cache=True, inline="always")
-def _tables_pass(fw, buf, meta, slot, nc, ip6, iplen, state, fwv, dflt, now) -> None:
-    """The pending candidates classified under a table-only rule set (``FW_TABLES``) from
-    their headers: verdict rows by candidate in fwv, the rules counted, the default rule
-    once for all the packets it decided."""
-    nd = np.int64(0)
-    nbytes = np.int64(0)
-    for c in range(nc):
-        if state[c] != PENDING:
-            continue
-        l3 = np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN
-        r = fw_table_decide(fw, buf, l3, ip6[c] != 0, fwv, c)
-        if r == dflt:
-            nd += 1
-            nbytes += iplen[c]
-        else:
-            fw_count(fw, r, iplen[c], now)
-    if nd > 0:
-        fw_count_many(fw, dflt, nd, nbytes, now)
 
 
 @njit(cache=True, inline="always")
@@ -611,11 +590,15 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     t1 = readcyclecounter()
     # -- fw-in over the candidates
     if fw_in:
-        if tables:
-            _tables_pass(fw, buf, meta, slot, nc, ip6, iplen, state, fwv, dflt, now)
+        stopped = nc
+        if tables:  # the key columns the rule set reads, straight from the headers
+            for c in range(nc):
+                table_keys(buf, np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN, ip6[c] != 0,
+                           iplen[c], fwk, c)
+            stopped = fw_batch_tables(fw, fwk, nc, now, fwv[0], fwv[1], fwv[2])
         else:
             fw_classify(slot, nc, buf, meta, dp, fw, fwk, fwv, now, DIR_IN)
-        for c in range(nc):
+        for c in range(nc if stopped > 0 else 0):
             if fwv[0, c] != V_PASS:
                 i = slot[c]
                 if not staged:
@@ -786,17 +769,24 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     nout = 0
     fw_lookups = 0  # packets fw-out stops after their lookup (the lookup nodes' count)
     if fw_out and not staged:
-        # no key rows: fw-in's rules again (the rule set cannot tell the passes apart:
-        # CompiledFirewall.out_repeats_in), or a table-only rule set's own pass
+        # no metadata read: fw-in's rules again (the rule set cannot tell the passes apart:
+        # CompiledFirewall.out_repeats_in; fw-in passed them all), or a table-only rule
+        # set's own pass over the key columns it reads
+        stopped = 0
+        for c in range(nc):
+            if state[c] == PENDING:
+                if not repeats:
+                    table_keys(buf, np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN, ip6[c] != 0,
+                               iplen[c], fwk, nout)
+                back[nout] = c
+                nout += 1
         if repeats:
             _repeat_pass(fw, fwv, iplen, state, nc, dflt, now)
         else:
-            _tables_pass(fw, buf, meta, slot, nc, ip6, iplen, state, fwv, dflt, now)
-        for c in range(nc):
-            if state[c] != PENDING:
-                continue
-            nout += 1
-            if fwv[0, c] != V_PASS:
+            stopped = fw_batch_tables(fw, fwk, nout, now, fwv[0], fwv[1], fwv[2])
+        for q in range(nout if stopped > 0 else 0):
+            if fwv[0, q] != V_PASS:
+                c = back[q]
                 i = slot[c]
                 _stage(buf, meta, if_stats, i, iplen[c], l4s[c], ulps[c], tab[c],
                        ip6[c] != 0)
@@ -805,7 +795,7 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                 pk[IP6_LOOKUP if ip6[c] else IP4_LOOKUP] += 1
                 fw_lookups += 1
                 meta[M_ADJ, i] = adjs[c]
-                fw_act(frames, frame_n, meta, i, fwv[0, c], fwv[2, c], ip6[c] != 0)
+                fw_act(frames, frame_n, meta, i, fwv[0, q], fwv[2, q], ip6[c] != 0)
                 state[c] = GONE
         pk[FW_OUT] = nout
     elif fw_out:

@@ -24,14 +24,18 @@ one, the ``opts[OPT_FW]`` bits say which directions run.
 import numpy as np
 from numba import njit
 
-from vecroute.firewall.classify import (
-    fw_batch,
-    fw_count,
-    fw_count_many,
-    fw_table_rule,
-    fw_table_verdict,
+from vecroute.firewall.classify import fw_batch, fw_batch_tables, fw_count_many
+from vecroute.firewall.keys import (
+    K_DST_HI,
+    K_DST_LO,
+    K_FAMILY,
+    K_LEN,
+    K_RX,
+    K_SRC_HI,
+    K_SRC_LO,
+    K_TX,
+    extract_keys,
 )
-from vecroute.firewall.keys import K_RX, K_TX, extract_keys
 from vecroute.firewall.layout import (
     A_ALLOW,
     DIR_IN,
@@ -177,45 +181,34 @@ def ip_length(buf, l3, six) -> np.int64:
 
 
 @njit(cache=True, inline="always")
-def fw_table_decide(fw, buf, l3, six, fwv, j) -> np.int64:
-    """Classify the packet at l3 under a rule set of address tables only (``FW_TABLES``):
-    its verdict row j in fwv, and the deciding rule returned; counts nothing. The
-    addresses come straight from the header: no key row."""
+def table_keys(buf, l3, six, length, keys, j) -> None:
+    """Row j of ``keys``: the columns a table-only rule set reads (``FW_TABLES``: family,
+    addresses, length) for the packet at l3, as extract_keys fills them; nothing else."""
     if six:
-        fam = np.int64(6)
-        r = fw_table_rule(fw, fam, np.int64(rd64(buf, l3 + 8)), np.int64(rd64(buf, l3 + 16)),
-                          np.int64(rd64(buf, l3 + 24)), np.int64(rd64(buf, l3 + 32)))
+        keys[j, K_FAMILY] = 6
+        keys[j, K_SRC_HI] = np.int64(rd64(buf, l3 + 8))
+        keys[j, K_SRC_LO] = np.int64(rd64(buf, l3 + 16))
+        keys[j, K_DST_HI] = np.int64(rd64(buf, l3 + 24))
+        keys[j, K_DST_LO] = np.int64(rd64(buf, l3 + 32))
     else:
-        fam = np.int64(4)
-        r = fw_table_rule(fw, fam, np.int64(0), np.int64(rd32(buf, l3 + 12)), np.int64(0),
-                          np.int64(rd32(buf, l3 + 16)))
-    v, x = fw_table_verdict(fw, r, fam)
-    fwv[0, j] = v
-    fwv[1, j] = r
-    fwv[2, j] = x
-    return r
+        keys[j, K_FAMILY] = 4
+        keys[j, K_SRC_HI] = 0
+        keys[j, K_SRC_LO] = np.int64(rd32(buf, l3 + 12))
+        keys[j, K_DST_HI] = 0
+        keys[j, K_DST_LO] = np.int64(rd32(buf, l3 + 16))
+    keys[j, K_LEN] = length
 
 
 @njit(cache=True, _nrt=False)
-def _tables_only(work, k, buf, meta, fw, fwv, now) -> None:
-    """Classify the vector under a rule set of address tables only (the caller checked
-    ``FW_TABLES`` and that no state is left to sweep): the walk's verdicts and counts, the
-    default rule's counted once for the vector."""
-    dflt = fw.rinfo.shape[0] - 1
-    nd = np.int64(0)
-    nbytes = np.int64(0)
+def _tables_only(work, k, buf, meta, fw, fwk, fwv, now) -> None:
+    """Classify the vector under a table-only rule set (the caller checked ``FW_TABLES``
+    and that no state is left to sweep): the walk's verdicts and counts from the
+    addresses alone."""
     for j in range(k):
         l3 = np.int64(meta[M_L3, work[j]])
         six = (buf[l3] >> 4) == 6
-        r = fw_table_decide(fw, buf, l3, six, fwv, j)
-        ln = ip_length(buf, l3, six)
-        if r == dflt:
-            nd += 1
-            nbytes += ln
-        else:
-            fw_count(fw, r, ln, now)
-    if nd > 0:
-        fw_count_many(fw, dflt, nd, nbytes, now)
+        table_keys(buf, l3, six, ip_length(buf, l3, six), fwk, j)
+    fw_batch_tables(fw, fwk, k, now, fwv[0], fwv[1], fwv[2])
 
 
 @njit(cache=True, _nrt=False)
@@ -227,7 +220,7 @@ def fw_classify(work, k, buf, meta, dp, fw, fwk, fwv, now, direction) -> None:
         _default_only(work, k, buf, meta, fw, fwv, now)
         return
     if dp.opts[OPT_FW] & FW_TABLES and fw.ctl[FC_COUNT] == 0:
-        _tables_only(work, k, buf, meta, fw, fwv, now)
+        _tables_only(work, k, buf, meta, fw, fwk, fwv, now)
         return
     extract_keys(buf, meta, work, k, fwk)
     if direction != DIR_IN:
