@@ -63,6 +63,17 @@ K_TX = 13
 K_LEN = 14
 K_COLS = 15
 
+# the table keys: what a rule set of address tables only reads (classify.fw_batch_tables),
+# one row per column over the vector (``int64[TK_ROWS, >= n]``), values as in the key
+# columns of the same names
+TK_FAMILY = 0
+TK_SRC_HI = 1
+TK_SRC_LO = 2
+TK_DST_HI = 3
+TK_DST_LO = 4
+TK_LEN = 5
+TK_ROWS = 6
+
 FRAG_ANY = 1
 FRAG_NONFIRST = 2
 
@@ -140,6 +151,12 @@ def extract_keys(buf, meta, work, k, keys):
         keys[j, 7] = dp
         keys[j, 8] = tf
         keys[j, 9] = it
+
+
+def table_key_rows(keys: np.ndarray) -> np.ndarray:
+    """The table keys (``TK_*`` rows) of a key matrix, for tests and tools."""
+    cols = (K_FAMILY, K_SRC_HI, K_SRC_LO, K_DST_HI, K_DST_LO, K_LEN)
+    return np.ascontiguousarray(np.asarray(keys, np.int64)[:, cols].T)
 
 
 def _s64(v: int) -> int:

@@ -59,6 +59,7 @@ from numba import njit
 from vecroute.fib.host6 import host6_lookup
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
 from vecroute.firewall.classify import fw_batch_tables, fw_count, fw_count_many
+from vecroute.firewall.keys import TK_ROWS
 from vecroute.firewall.layout import DIR_IN, DIR_OUT, V_PASS
 from vecroute.firewall.states import FC_COUNT
 from vecroute.graph import counters as C
@@ -293,15 +294,17 @@ def _stage(buf, meta, if_stats, i, ln, l4, ulp, fib, six) -> None:
 
 
 @njit(cache=True, inline="always")
-def _repeat_pass(fw, fwv, iplen, state, nc, dflt, now) -> None:
+def _repeat_pass(fw, fwv, iplen, state, nc, dflt, now) -> np.int64:
     """fw-out when it must end as fw-in did (``FW_OUT_REPEATS``): each pending candidate
     counted again for the rule that passed it at fw-in (fwv by candidate), the default
-    rule once for all of its packets."""
+    rule once for all of its packets. Returns how many were pending."""
+    pending = np.int64(0)
     nd = np.int64(0)
     nbytes = np.int64(0)
     for c in range(nc):
         if state[c] != PENDING:
             continue
+        pending += 1
         r = np.int64(fwv[1, c])
         if r == dflt:
             nd += 1
@@ -310,6 +313,7 @@ def _repeat_pass(fw, fwv, iplen, state, nc, dflt, now) -> None:
             fw_count(fw, r, iplen[c], now)
     if nd > 0:
         fw_count_many(fw, dflt, nd, nbytes, now)
+    return pending
 
 
 @njit(cache=True, inline="always")
@@ -455,10 +459,11 @@ def fused_scratch(k):
     (three allocations; one per scratch row would cost ~1 us a batch): per candidate its
     slot, its place in the frame, IP length, table, value, adjacency, flow hash,
     upper-layer offset and protocol, kind, its kind's offset (next segment, inner packet,
-    segment list); per family the lookups' inputs, and their scratch; flags: family,
+    segment list); per family the lookups' inputs, and their scratch; the table keys
+    (``TK_ROWS``) of a table-only rule set; flags: family,
     fate; packets per node and the passes' clocks, for show runtime. The pass clears what
     it reads before writing it."""
-    return (np.empty((25, k), np.int64), np.empty((4, k), np.uint8),
+    return (np.empty((25 + TK_ROWS, k), np.int64), np.empty((4, k), np.uint8),
             np.empty(N_NODES + 5, np.int64))
 
 
@@ -536,6 +541,7 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     work, back = sc[16], sc[17]  # fw-out's vector, and the candidate of each entry
     l4s, ulps, kinds, aux, ilen = sc[18], sc[19], sc[20], sc[21], sc[22]
     ents, active = sc[23].view(np.uint32), sc[24]  # the vector lookups' own
+    tk = sc[25:]  # a table-only rule set's keys (FW_TABLES), filled while parsing
     ip6, state, keep, in6 = fl[0], fl[1], fl[2], fl[3]
     pk, clocks = acc[:N_NODES], acc[N_NODES:]
     nc = 0
@@ -574,6 +580,8 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
             ip6[nc] = True
         else:
             continue
+        if tables:  # the keys the rule set reads, while the header is at hand
+            table_keys(buf, l3, et == ETH_P_IPV6, iplen[nc], tk, nc)
         slot[nc] = i
         pos[nc] = j
         nc += 1
@@ -591,11 +599,8 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     # -- fw-in over the candidates
     if fw_in:
         stopped = nc
-        if tables:  # the key columns the rule set reads, straight from the headers
-            for c in range(nc):
-                table_keys(buf, np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN, ip6[c] != 0,
-                           iplen[c], fwk, c)
-            stopped = fw_batch_tables(fw, fwk, nc, now, fwv[0], fwv[1], fwv[2])
+        if tables:  # from the keys the parse wrote
+            stopped = fw_batch_tables(fw, tk, nc, now, fwv[0], fwv[1], fwv[2])
         else:
             fw_classify(slot, nc, buf, meta, dp, fw, fwk, fwv, now, DIR_IN)
         for c in range(nc if stopped > 0 else 0):
@@ -773,17 +778,16 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
         # CompiledFirewall.out_repeats_in; fw-in passed them all), or a table-only rule
         # set's own pass over the key columns it reads
         stopped = 0
-        for c in range(nc):
-            if state[c] == PENDING:
-                if not repeats:
-                    table_keys(buf, np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN, ip6[c] != 0,
-                               iplen[c], fwk, nout)
-                back[nout] = c
-                nout += 1
         if repeats:
-            _repeat_pass(fw, fwv, iplen, state, nc, dflt, now)
-        else:
-            stopped = fw_batch_tables(fw, fwk, nout, now, fwv[0], fwv[1], fwv[2])
+            nout = _repeat_pass(fw, fwv, iplen, state, nc, dflt, now)
+        else:  # fw-out alone: the parse's keys of the pending ones, moved up in place
+            for c in range(nc):
+                if state[c] == PENDING:
+                    for x in range(TK_ROWS):
+                        tk[x, nout] = tk[x, c]
+                    back[nout] = c
+                    nout += 1
+            stopped = fw_batch_tables(fw, tk, nout, now, fwv[0], fwv[1], fwv[2])
         for q in range(nout if stopped > 0 else 0):
             if fwv[0, q] != V_PASS:
                 c = back[q]

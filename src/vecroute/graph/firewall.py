@@ -26,14 +26,15 @@ from numba import njit
 
 from vecroute.firewall.classify import fw_batch, fw_batch_tables, fw_count_many
 from vecroute.firewall.keys import (
-    K_DST_HI,
-    K_DST_LO,
-    K_FAMILY,
-    K_LEN,
     K_RX,
-    K_SRC_HI,
-    K_SRC_LO,
     K_TX,
+    TK_DST_HI,
+    TK_DST_LO,
+    TK_FAMILY,
+    TK_LEN,
+    TK_ROWS,
+    TK_SRC_HI,
+    TK_SRC_LO,
     extract_keys,
 )
 from vecroute.firewall.layout import (
@@ -181,22 +182,30 @@ def ip_length(buf, l3, six) -> np.int64:
 
 
 @njit(cache=True, inline="always")
-def table_keys(buf, l3, six, length, keys, j) -> None:
-    """Row j of ``keys``: the columns a table-only rule set reads (``FW_TABLES``: family,
-    addresses, length) for the packet at l3, as extract_keys fills them; nothing else."""
+def table_key_view(fwk):
+    """The table keys (``TK_*`` rows, one per column over the vector) in the key scratch's
+    memory: the passes that read only those fill them compact, not 120 bytes apart."""
+    cap = fwk.shape[0]
+    return fwk.reshape(-1)[: TK_ROWS * cap].reshape(TK_ROWS, cap)
+
+
+@njit(cache=True, inline="always")
+def table_keys(buf, l3, six, length, tk, j) -> None:
+    """Column j of the table keys ``tk``: what a table-only rule set reads (``FW_TABLES``:
+    family, addresses, length) of the packet at l3, as extract_keys has them."""
     if six:
-        keys[j, K_FAMILY] = 6
-        keys[j, K_SRC_HI] = np.int64(rd64(buf, l3 + 8))
-        keys[j, K_SRC_LO] = np.int64(rd64(buf, l3 + 16))
-        keys[j, K_DST_HI] = np.int64(rd64(buf, l3 + 24))
-        keys[j, K_DST_LO] = np.int64(rd64(buf, l3 + 32))
+        tk[TK_FAMILY, j] = 6
+        tk[TK_SRC_HI, j] = np.int64(rd64(buf, l3 + 8))
+        tk[TK_SRC_LO, j] = np.int64(rd64(buf, l3 + 16))
+        tk[TK_DST_HI, j] = np.int64(rd64(buf, l3 + 24))
+        tk[TK_DST_LO, j] = np.int64(rd64(buf, l3 + 32))
     else:
-        keys[j, K_FAMILY] = 4
-        keys[j, K_SRC_HI] = 0
-        keys[j, K_SRC_LO] = np.int64(rd32(buf, l3 + 12))
-        keys[j, K_DST_HI] = 0
-        keys[j, K_DST_LO] = np.int64(rd32(buf, l3 + 16))
-    keys[j, K_LEN] = length
+        tk[TK_FAMILY, j] = 4
+        tk[TK_SRC_HI, j] = 0
+        tk[TK_SRC_LO, j] = np.int64(rd32(buf, l3 + 12))
+        tk[TK_DST_HI, j] = 0
+        tk[TK_DST_LO, j] = np.int64(rd32(buf, l3 + 16))
+    tk[TK_LEN, j] = length
 
 
 @njit(cache=True, _nrt=False)
@@ -204,11 +213,12 @@ def _tables_only(work, k, buf, meta, fw, fwk, fwv, now) -> None:
     """Classify the vector under a table-only rule set (the caller checked ``FW_TABLES``
     and that no state is left to sweep): the walk's verdicts and counts from the
     addresses alone."""
+    tk = table_key_view(fwk)
     for j in range(k):
         l3 = np.int64(meta[M_L3, work[j]])
         six = (buf[l3] >> 4) == 6
-        table_keys(buf, l3, six, ip_length(buf, l3, six), fwk, j)
-    fw_batch_tables(fw, fwk, k, now, fwv[0], fwv[1], fwv[2])
+        table_keys(buf, l3, six, ip_length(buf, l3, six), tk, j)
+    fw_batch_tables(fw, tk, k, now, fwv[0], fwv[1], fwv[2])
 
 
 @njit(cache=True, _nrt=False)
