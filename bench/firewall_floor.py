@@ -9,6 +9,9 @@ extracts), vectors of 256, interleaved and repeated; ns per packet, median [min 
 * ``fw_batch`` (the classifier entry the fused pass calls) with the issue's rule, ``deny
   ip from table(bl) to any``, over a table of 1M no-match entries: candidate rows, the rule
   program, one longest-prefix walk in the table's trie;
+* ``fw_batch_tables``, what the graph runs for this rule since it is a table-only rule set
+  (``CompiledFirewall.tables_only``), over the same packets' table keys (TK rows, one
+  block per vector, as the fused pass writes them while parsing);
 * the table walk alone (``table_addr_lookup`` of every packet's source, the rule's only
   lookup);
 * ``fw_count`` alone: counting a deciding rule (packets, bytes, last match), what fw-out
@@ -47,6 +50,8 @@ from vecroute.firewall.keys import (
     K_TCPFLAGS,
     K_TTL,
     K_TX,
+    TK_ROWS,
+    table_key_rows,
 )
 from vecroute.firewall.tables import table_addr_lookup
 
@@ -72,25 +77,18 @@ def bench_keys(n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 @njit(cache=True, _nrt=False)  # as the fused pass: no reference counts
-def _classify(fw, keys, rounds, v, r, a) -> int:
+def _classify(fw, keys, tk, rounds, v, r, a, tables) -> int:
+    """``fw_batch`` over the key rows, or (``tables``) ``fw_batch_tables`` over the same
+    packets' table keys (``tk``: one TK-rows block per vector, as the fused pass has them)."""
     n = keys.shape[0]
     pos = 0
     for _ in range(rounds):
         if pos + VECTOR > n:
             pos = 0
-        fw_batch(fw, keys[pos : pos + VECTOR], VECTOR, 0, NOW_NS, v, r, a)
-        pos += VECTOR
-    return np.int64(v[0])
-
-
-@njit(cache=True, _nrt=False)  # as the fused pass: no reference counts
-def _classify_tables(fw, keys, rounds, v, r, a) -> int:
-    n = keys.shape[0]
-    pos = 0
-    for _ in range(rounds):
-        if pos + VECTOR > n:
-            pos = 0
-        fw_batch_tables(fw, keys[pos : pos + VECTOR], VECTOR, NOW_NS, v, r, a)
+        if tables:
+            fw_batch_tables(fw, tk[pos // VECTOR], VECTOR, NOW_NS, v, r, a)
+        else:
+            fw_batch(fw, keys[pos : pos + VECTOR], VECTOR, 0, NOW_NS, v, r, a)
         pos += VECTOR
     return np.int64(v[0])
 
@@ -149,14 +147,22 @@ def main() -> None:
     d = fw.dataplane()
     v, r, a = (np.zeros(VECTOR, np.int32) for _ in range(3))
     slot = fw.tables.slot("bl")
-    _classify(d, keys, 1, v, r, a)  # compile, and check: nothing matches, all pass
-    if (v != 0).any():
-        raise RuntimeError(f"verdicts {np.unique(v)}: the traffic must not match the table")
+    # the table keys in one block of TK rows per vector (the fused pass's layout)
+    nvec = keys.shape[0] // VECTOR
+    tk = np.ascontiguousarray(
+        table_key_rows(keys[: nvec * VECTOR]).reshape(TK_ROWS, nvec, VECTOR).transpose(1, 0, 2))
+    if not fw.compiled.tables_only():
+        raise RuntimeError("the table rule must be a table-only rule set")
+    for tables in (False, True):  # compile, and check: nothing matches, all pass
+        _classify(d, keys, tk, nvec, v, r, a, tables)
+        if (v != 0).any():
+            raise RuntimeError(f"verdicts {np.unique(v)}: the traffic must not match the table")
     rule = int(r[0])  # the deciding rule: the default one
     runs = {
-        "fw_batch, table rule (1M entries)": lambda: _classify(d, keys, args.rounds, v, r, a),
-        "fw_batch_tables (table-only sets)": lambda: _classify_tables(d, keys, args.rounds, v,
-                                                                      r, a),
+        "fw_batch, table rule (1M entries)": lambda: _classify(d, keys, tk, args.rounds, v, r,
+                                                               a, False),
+        "fw_batch_tables (table-only sets)": lambda: _classify(d, keys, tk, args.rounds, v, r,
+                                                               a, True),
         "table walk alone (source)": lambda: _walk(d, keys, args.rounds, slot),
         "fw_count alone": lambda: _count(d, keys, args.rounds, rule),
     }

@@ -44,6 +44,8 @@ TABLES = {
             "203.0.113.0/24",
         ],
     ),
+    "v4only": ("addr", ["198.51.100.0/24 3", "192.0.2.7"]),  # no IPv6 trie
+    "none": ("addr", []),  # empty: no trie at all
     "ports": ("number", ["22 1", "80 2", "443 3"]),
     "ifs": ("iface", ["eth0 1", "eth2 7"]),
 }
@@ -464,10 +466,12 @@ def test_dense_and_sparse_groups_merge_in_rule_order():
 
 # a rule set of address tables only: what ``tables_only()`` accepts, and what spoils it
 TABLE_ADDRS = ["any", "any", "table(t4)", "table(t4,2)", "table(t4,0)", "not table(t4)",
-               "not table(t4,5)"]
+               "not table(t4,5)", "table(v4only)", "not table(v4only,3)", "table(none)",
+               "not table(none)"]
 TABLE_ACTS = ["allow", "deny", "reject", "unreach port", "unreach6 admin-prohib"]
 SPOILERS = ["frag", "in", "log", "keep-state", "count", "skipto 100", "reset", "tcp", "80",
-            "lookup dst-port ports", "xmit eth1", "203.0.113.0/24", "check-state"]
+            "lookup dst-port ports", "xmit eth1", "203.0.113.0/24", "check-state", "me",
+            "ip6"]
 
 
 @st.composite
@@ -486,11 +490,11 @@ def table_rule_set(draw) -> tuple[list[str], bool]:
             sp = draw(st.sampled_from(SPOILERS))
             if sp in ("count", "skipto 100", "reset"):
                 words[1] = sp
-            elif sp == "tcp":
+            elif sp in ("tcp", "ip6"):
                 words[2] = sp
             elif sp == "80":
                 words.insert(7, sp)
-            elif sp == "203.0.113.0/24":
+            elif sp in ("203.0.113.0/24", "me"):
                 words[4] = sp
             elif sp == "check-state":
                 words = [words[0], sp]

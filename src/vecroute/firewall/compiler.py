@@ -252,8 +252,11 @@ class CompiledFirewall:
         table(bl)``, ``to not table(x, 3)``, ``lookup dst-ip``; none for ``any``), the action
         allow, deny or reject/unreach, no state, count, skipto or log. The data path then
         classifies from the addresses in the header, without the key rows
-        (``classify.fw_table_rule``); the answer is the full walk's (tests/test_fw_graph.py
-        checks it against the reference)."""
+        (``classify.fw_batch_tables``); the answer is the full walk's
+        (tests/test_fw_differential.py checks it against the reference,
+        tests/test_fast_path.py the graph against the walk). A rule outside the list (one no
+        packet can meet) is never visited, so it may still count or log: such a set is
+        table-only without ``out_repeats_in``."""
         cmap = self.cmap
         if cmap[CM_LIST] < 0 or self.probes[0] < len(self.rules) - 1:
             return False  # candidates differ by packet, or a walk would look states up

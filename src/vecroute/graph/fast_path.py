@@ -775,12 +775,13 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     fw_lookups = 0  # packets fw-out stops after their lookup (the lookup nodes' count)
     if fw_out and not staged:
         # no metadata read: fw-in's rules again (the rule set cannot tell the passes apart:
-        # CompiledFirewall.out_repeats_in; fw-in passed them all), or a table-only rule
-        # set's own pass over the key columns it reads
-        stopped = 0
+        # CompiledFirewall.out_repeats_in; fw-in passed them all, so none stops here), or
+        # a table-only rule set's own pass over the parse's keys of the pending packets,
+        # moved up in place (fw-out alone; or after fw-in when a rule no packet can meet
+        # counts, logs or names an interface, so the passes do not repeat each other)
         if repeats:
             nout = _repeat_pass(fw, fwv, iplen, state, nc, dflt, now)
-        else:  # fw-out alone: the parse's keys of the pending ones, moved up in place
+        else:
             for c in range(nc):
                 if state[c] == PENDING:
                     for x in range(TK_ROWS):
@@ -788,19 +789,19 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                     back[nout] = c
                     nout += 1
             stopped = fw_batch_tables(fw, tk, nout, now, fwv[0], fwv[1], fwv[2])
-        for q in range(nout if stopped > 0 else 0):
-            if fwv[0, q] != V_PASS:
-                c = back[q]
-                i = slot[c]
-                _stage(buf, meta, if_stats, i, iplen[c], l4s[c], ulps[c], tab[c],
-                       ip6[c] != 0)
-                pk[ETHERNET_INPUT] += 1
-                pk[IP6_INPUT if ip6[c] else IP4_INPUT] += 1
-                pk[IP6_LOOKUP if ip6[c] else IP4_LOOKUP] += 1
-                fw_lookups += 1
-                meta[M_ADJ, i] = adjs[c]
-                fw_act(frames, frame_n, meta, i, fwv[0, q], fwv[2, q], ip6[c] != 0)
-                state[c] = GONE
+            for q in range(nout if stopped > 0 else 0):  # fwv by q here
+                if fwv[0, q] != V_PASS:
+                    c = back[q]
+                    i = slot[c]
+                    _stage(buf, meta, if_stats, i, iplen[c], l4s[c], ulps[c], tab[c],
+                           ip6[c] != 0)
+                    pk[ETHERNET_INPUT] += 1
+                    pk[IP6_INPUT if ip6[c] else IP4_INPUT] += 1
+                    pk[IP6_LOOKUP if ip6[c] else IP4_LOOKUP] += 1
+                    fw_lookups += 1
+                    meta[M_ADJ, i] = adjs[c]
+                    fw_act(frames, frame_n, meta, i, fwv[0, q], fwv[2, q], ip6[c] != 0)
+                    state[c] = GONE
         pk[FW_OUT] = nout
     elif fw_out:
         for c in range(nc):
