@@ -168,6 +168,7 @@ from vecroute.packet.headers import (
     PROTO_IPIP,
     PROTO_IPV6,
     PROTO_ROUTING,
+    ip_length,
     rd16,
     rd32,
     rd64,
@@ -277,10 +278,12 @@ def _icmp_error_flag(buf, l4, end, proto, ip6) -> int:
 
 
 @njit(cache=True, inline="always")
-def _stage(buf, meta, if_stats, i, ln, l4, ulp, fib, six) -> None:
-    """Slot i's metadata as ethernet-input and ip4/ip6-input would have left it (and
-    ethernet-input's receive count, before the padding goes): for a packet that leaves the
-    pass for a node after it was classified."""
+def _stage(buf, meta, if_stats, pk, i, ln, l4, ulp, fib, six) -> None:
+    """Slot i's metadata as ethernet-input and ip4/ip6-input would have left it, and their
+    counts (ethernet-input's receive count before the padding goes, their packets in
+    ``pk``): for a packet that leaves the pass for a node after it was classified."""
+    pk[ETHERNET_INPUT] += 1
+    pk[IP6_INPUT if six else IP4_INPUT] += 1
     l3 = np.int64(meta[M_OFF, i]) + ETH_HLEN
     rx = meta[M_RX, i]
     if_stats[rx, IFS_RX_PKTS] += 1
@@ -410,14 +413,6 @@ def _plan_localsid(buf, l3, end, l4, ulp, sr_sid, sid):
     return -1, 0, 0, False
 
 
-@njit(cache=True, inline="always")
-def _inner_len(buf, l3, six) -> np.int64:
-    """The IP length of the (validated) packet at l3."""
-    if six:
-        return IP6_HLEN + np.int64(rd16(buf, l3 + 4))
-    return np.int64(rd16(buf, l3 + 2))
-
-
 @njit(cache=True, _nrt=False)
 def _account(node_stats, pk, clocks) -> None:
     """The fused pass in ``show runtime``: one call of each node that saw packets, with the
@@ -545,7 +540,6 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
     ip6, state, keep, in6 = fl[0], fl[1], fl[2], fl[3]
     pk, clocks = acc[:N_NODES], acc[N_NODES:]
     nc = 0
-    parsed4 = 0
     for j in range(k):
         i = frames[ETHERNET_INPUT, j]
         ln = np.int64(meta[M_LEN, i])
@@ -565,7 +559,6 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
             l4s[nc] = l3 + IP4_HLEN
             ulps[nc] = buf[l3 + 9]
             ip6[nc] = False
-            parsed4 += 1
         elif et == ETH_P_IPV6:
             if not _unicast6(buf, l3, ln - ETH_HLEN):
                 continue
@@ -587,14 +580,10 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
         nc += 1
     if nc == 0:
         return  # nothing plain: the graph pays only this scan
-    parsed6 = nc - parsed4
     if staged:  # past ip4/ip6-input for good: its metadata, as the nodes would have it
         for c in range(nc):
-            _stage(buf, meta, if_stats, slot[c], iplen[c], l4s[c], ulps[c], tab[c],
+            _stage(buf, meta, if_stats, pk, slot[c], iplen[c], l4s[c], ulps[c], tab[c],
                    ip6[c] != 0)
-        pk[ETHERNET_INPUT] = nc
-        pk[IP4_INPUT] = parsed4
-        pk[IP6_INPUT] = parsed6
     t1 = readcyclecounter()
     # -- fw-in over the candidates
     if fw_in:
@@ -607,10 +596,8 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
             if fwv[0, c] != V_PASS:
                 i = slot[c]
                 if not staged:
-                    _stage(buf, meta, if_stats, i, iplen[c], l4s[c], ulps[c], tab[c],
+                    _stage(buf, meta, if_stats, pk, i, iplen[c], l4s[c], ulps[c], tab[c],
                            ip6[c] != 0)
-                    pk[ETHERNET_INPUT] += 1
-                    pk[IP6_INPUT if ip6[c] else IP4_INPUT] += 1
                 fw_act(frames, frame_n, meta, i, fwv[0, c], fwv[2, c], ip6[c] != 0)
                 state[c] = GONE
         pk[FW_IN] = nc
@@ -701,7 +688,7 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                     a = np.int64(sr_sid[sid, SID_ADJ])
                     if kd == K_DX:
                         h = np.uint32(0)  # the node drops the outer flow's hash at decap
-                        ilen[c] = _inner_len(buf, off, inner6)
+                        ilen[c] = ip_length(buf, off, inner6)
                         ok = _leaves(adj, ifc, a, ilen[c]) and adj[a, A_IF] != rx
                     else:
                         ok = _leaves(adj, ifc, a, iplen[c])
@@ -715,7 +702,7 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                     n6 += 1
                 elif kd == K_DT:  # the inner destination, in the SID's table
                     tab[c] = sr_sid[sid, col]
-                    ilen[c] = _inner_len(buf, off, inner6)
+                    ilen[c] = ip_length(buf, off, inner6)
                     n4, n6 = _gather(buf, off, inner6, c, tab[c], idx4, dst4, tab4, n4, idx6,
                                      hi6, lo6, tab6, n6)
             else:
@@ -725,10 +712,8 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
         if not ok:
             if fwpath:  # the lookup node takes it from here (and looks it up itself)
                 if not staged:
-                    _stage(buf, meta, if_stats, i, iplen[c], l4s[c], ulps[c], tab[c],
+                    _stage(buf, meta, if_stats, pk, i, iplen[c], l4s[c], ulps[c], tab[c],
                            ip6[c] != 0)
-                    pk[ETHERNET_INPUT] += 1
-                    pk[IP6_INPUT if ip6[c] else IP4_INPUT] += 1
                 enqueue(frames, frame_n, meta, IP6_LOOKUP if ip6[c] else IP4_LOOKUP, i)
                 state[c] = GONE
             else:
@@ -793,10 +778,8 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                 if fwv[0, q] != V_PASS:
                     c = back[q]
                     i = slot[c]
-                    _stage(buf, meta, if_stats, i, iplen[c], l4s[c], ulps[c], tab[c],
+                    _stage(buf, meta, if_stats, pk, i, iplen[c], l4s[c], ulps[c], tab[c],
                            ip6[c] != 0)
-                    pk[ETHERNET_INPUT] += 1
-                    pk[IP6_INPUT if ip6[c] else IP4_INPUT] += 1
                     pk[IP6_LOOKUP if ip6[c] else IP4_LOOKUP] += 1
                     fw_lookups += 1
                     meta[M_ADJ, i] = adjs[c]

@@ -77,7 +77,7 @@ from vecroute.packet.batch import (
     M_PROTO,
     M_TX,
 )
-from vecroute.packet.headers import rd16, rd32, rd64
+from vecroute.packet.headers import ip_length, rd16, rd32, rd64
 
 NODES = (
     NodeDecl(
@@ -171,14 +171,6 @@ def _default_only(work, k, buf, meta, fw, fwv, now) -> None:
         fwv[2, j] = 0
         nbytes += meta[M_OFF, i] + meta[M_LEN, i] - meta[M_L3, i]
     fw_count_many(fw, dflt, k, nbytes, now)
-
-
-@njit(cache=True, inline="always")
-def ip_length(buf, l3, six) -> np.int64:
-    """The IP length field of the packet at l3, header included (the key's K_LEN)."""
-    if six:
-        return 40 + np.int64(rd16(buf, l3 + 4))
-    return np.int64(rd16(buf, l3 + 2))
 
 
 @njit(cache=True, inline="always")

@@ -125,6 +125,15 @@ def rd64(buf: np.ndarray, o: int) -> np.uint64:
 
 
 @njit(cache=True, inline="always")
+def ip_length(buf: np.ndarray, l3: int, six: bool) -> np.int64:
+    """The IP length of the packet at l3, header included, from its length field (IPv4
+    total length; IPv6 40 + payload length)."""
+    if six:
+        return IP6_HLEN + np.int64(rd16(buf, l3 + 4))
+    return np.int64(rd16(buf, l3 + 2))
+
+
+@njit(cache=True, inline="always")
 def wr16(buf: np.ndarray, o: int, v) -> None:
     buf[o] = np.uint8((v >> 8) & 0xFF)
     buf[o + 1] = np.uint8(v & 0xFF)
