@@ -8,6 +8,7 @@ import numpy as np
 from conftest import inet_checksum, inet_sum
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba import njit
 
 from vecroute.packet.checksum import (
     checksum,
@@ -17,6 +18,8 @@ from vecroute.packet.checksum import (
     pseudo_header6,
     sum_bytes,
 )
+from vecroute.packet.headers import wr16, wr32
+from vecroute.packet.intrinsics import store_be16, store_be32
 
 SETTINGS = settings(max_examples=150, deadline=None)
 
@@ -167,3 +170,58 @@ def test_pseudo_header6(src: bytes, dst: bytes, l4: bytes) -> None:
     got = int(checksum(_buf(l4, 0), 0, len(l4), acc))
     pseudo = src + dst + struct.pack("!I", len(l4)) + b"\0\0\0" + bytes([58])
     assert got == inet_checksum(pseudo + l4)
+
+
+@njit(cache=True)
+def _write_fields(buf, o, v64, v32, v16, v8) -> None:
+    """wr16/wr32 (byte by byte) of every integer width and signedness the kernels pass."""
+    wr32(buf, o, v64)
+    wr16(buf, o + 4, v64)
+    wr32(buf, o + 6, v32)
+    wr16(buf, o + 10, v32)
+    wr32(buf, o + 12, v16)
+    wr16(buf, o + 16, v16)
+    wr32(buf, o + 18, v8)
+    wr16(buf, o + 22, v8)
+
+
+@njit(cache=True)
+def _store_fields(buf, o, v64, v32, v16, v8) -> None:
+    """The same fields as one store each (store_be32 / store_be16: SRv6's outer header)."""
+    store_be32(buf, o, v64)
+    store_be16(buf, o + 4, v64)
+    store_be32(buf, o + 6, v32)
+    store_be16(buf, o + 10, v32)
+    store_be32(buf, o + 12, v16)
+    store_be16(buf, o + 16, v16)
+    store_be32(buf, o + 18, v8)
+    store_be16(buf, o + 22, v8)
+
+
+@SETTINGS
+@given(v=st.integers(-(2**63), 2**63 - 1), lead=st.integers(0, 9), signed=st.booleans())
+def test_field_writes_match_struct(v: int, lead: int, signed: bool) -> None:
+    """wr16 / wr32 and the store intrinsics write the low bits of the value in network
+    order, at any alignment, a value of a narrower signed type widened with its sign; the
+    bytes around stay as they were. Oracle: ``struct.pack`` of the value cut to the field."""
+    kinds = (np.int64, np.int32, np.int16, np.int8) if signed else (
+        np.uint64, np.uint32, np.uint16, np.uint8)
+    vals = [t(v & ((1 << (8 * np.dtype(t).itemsize)) - 1)) if not signed else
+            np.array([v & ((1 << (8 * np.dtype(t).itemsize)) - 1)], np.uint64).view(
+                np.int64).astype(t)[0] for t in kinds]  # two's complement cut to each width
+    want = bytearray(b"\xa5" * lead)
+    for x in vals:
+        w = int(x)  # the field's bits: the value widened (with its sign) to 64 bits
+        want += struct.pack(">IH", w & 0xFFFFFFFF, w & 0xFFFF)
+    want += b"\x5a" * 7
+    flat = np.frombuffer(b"\xa5" * lead + b"\0" * 24 + b"\x5a" * 7, np.uint8).copy()
+    _write_fields(flat, lead, *vals)
+    assert flat.tobytes() == bytes(want)
+    stored = np.frombuffer(b"\xa5" * lead + b"\0" * 24 + b"\x5a" * 7, np.uint8).copy()
+    _store_fields(stored, lead, *vals)
+    assert stored.tobytes() == bytes(want)
+    wide = np.zeros((len(flat), 2), np.uint8)
+    wide[:, 0] = np.frombuffer(b"\xa5" * lead + b"\0" * 24 + b"\x5a" * 7, np.uint8)
+    strided = wide[:, 0]  # a strided view
+    _write_fields(strided, lead, *vals)
+    assert strided.tobytes() == bytes(want)

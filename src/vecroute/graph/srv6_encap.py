@@ -64,12 +64,11 @@ from vecroute.packet.headers import (
     PROTO_IPV6,
     PROTO_ROUTING,
     copy_bytes,
+    copy_moves,
     rd16,
     rd64,
-    wr16,
-    wr32,
 )
-from vecroute.packet.intrinsics import memcpy
+from vecroute.packet.intrinsics import store_be16, store_be32
 
 NODES = (
     NodeDecl(
@@ -116,9 +115,10 @@ def write_outer(buf, l3, ip6, iplen, h, sr_hdr, sr_list, lst):
         hlim = buf[l3 + 8]
     hdrlen = np.int64(sr_list[lst, LIST_HDRLEN])
     n = l3 - hdrlen
-    memcpy(buf, n, sr_hdr, np.int64(lst) * sr_hdr.shape[1], hdrlen)  # the header, once
-    wr32(buf, n, np.uint32(0x60000000) | (tc << np.uint32(20)) | (h & np.uint32(0xFFFFF)))
-    wr16(buf, n + 4, hdrlen - 40 + iplen)
+    copy_moves(buf, n, sr_hdr, np.int64(lst) * sr_hdr.shape[1], hdrlen)  # the header, once
+    # one store each (wr32 / wr16 write byte by byte: ~2 ns a packet more here)
+    store_be32(buf, n, np.uint32(0x60000000) | (tc << np.uint32(20)) | (h & np.uint32(0xFFFFF)))
+    store_be16(buf, n + 4, hdrlen - 40 + iplen)
     buf[n + 7] = hlim
     inner = PROTO_IPV6 if ip6 else PROTO_IPIP
     if sr_list[lst, LIST_SRH]:

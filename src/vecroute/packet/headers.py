@@ -8,7 +8,12 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from vecroute.packet.intrinsics import load_be16, load_be32, load_be64
+from vecroute.packet.intrinsics import (
+    load_be16,
+    load_be32,
+    load_be64,
+    memcpy,
+)
 
 ETH_HLEN = 14
 ETH_P_IP = 0x0800
@@ -145,6 +150,19 @@ def wr32(buf: np.ndarray, o: int, v) -> None:
     buf[o + 1] = np.uint8((v >> 16) & 0xFF)
     buf[o + 2] = np.uint8((v >> 8) & 0xFF)
     buf[o + 3] = np.uint8(v & 0xFF)
+
+
+@njit(cache=True, inline="always")
+def copy_moves(dst: np.ndarray, do: int, src: np.ndarray, so: int, n: int) -> None:
+    """Copy n >= 32 bytes between buffers that do not overlap (C-contiguous uint8) in
+    32-byte moves, the last one ending at n (overlapping the one before): a small copy of a
+    size known only at run time (SRv6's outer header, 40 + 8 + 16 a segment) as a libc
+    memcpy call cost ~6 ns more a packet."""
+    q = np.int64(0)
+    while q + 32 < n:
+        memcpy(dst, do + q, src, so + q, 32)
+        q += 32
+    memcpy(dst, do + n - 32, src, so + n - 32, 32)
 
 
 @njit(cache=True, inline="always")
