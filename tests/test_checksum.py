@@ -18,7 +18,7 @@ from vecroute.packet.checksum import (
     pseudo_header6,
     sum_bytes,
 )
-from vecroute.packet.headers import wr16, wr32
+from vecroute.packet.headers import copy_moves, wr16, wr32
 from vecroute.packet.intrinsics import store_be16, store_be32
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -225,3 +225,22 @@ def test_field_writes_match_struct(v: int, lead: int, signed: bool) -> None:
     strided = wide[:, 0]  # a strided view
     _write_fields(strided, lead, *vals)
     assert strided.tobytes() == bytes(want)
+
+
+@njit(cache=True)
+def _copy_moves(dst, do, src, so, n) -> None:
+    copy_moves(dst, do, src, so, n)
+
+
+@SETTINGS
+@given(n=st.integers(32, 304), row=st.integers(0, 2), at=st.integers(0, 40))
+def test_copy_moves_is_the_slice(n: int, row: int, at: int) -> None:
+    """copy_moves (SRv6's outer header, 40..304 bytes, from a row of sr_hdr) writes exactly
+    dst[at:at+n] = src[row][:n], nothing around it, even from the last row."""
+    rng = np.random.default_rng(n * 131 + row * 7 + at)
+    src = rng.integers(0, 256, (3, 304), dtype=np.uint8)
+    dst = rng.integers(0, 256, 400, dtype=np.uint8)
+    want = dst.copy()
+    want[at : at + n] = src[row, :n]
+    _copy_moves(dst, at, src.reshape(-1), row * 304, n)
+    assert (dst == want).all()

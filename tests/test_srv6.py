@@ -456,7 +456,7 @@ def test_large_header_moves_the_packet_once_and_no_headroom_drops():
     for itf in cfg["interfaces"]:
         if itf["name"] == "eth1":
             itf["mtu"] = 9000
-    segs = [SEG1] + [f"2001:db8:cc::{k:x}" for k in range(1, 16)]  # 16 segments: 296 bytes
+    segs = [SEG1] + [f"2001:db8:cc::{k:x}" for k in range(1, 16)]  # 16 segments: 304 bytes
     cfg["srv6"]["policies"].append({"bsid": "2001:db8:ff:b::200", "segments": segs})
     cfg["srv6"]["steering"].append({"prefix": "2001:db8:440::/48", "bsid": "2001:db8:ff:b::200"})
     r = Router(cfg)

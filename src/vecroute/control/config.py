@@ -424,9 +424,13 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
             raise r.err("prefix", f"{p!r} is not a prefix like 203.0.113.0/24") from None
         via_raw = r.get("via", (str, list), [])
         via_list = [via_raw] if isinstance(via_raw, str) else via_raw
-        # a full table names a handful of next hops 900,000 times: each text parsed once
-        via = [hops[v] if isinstance(v, str) and v in hops else hops.setdefault(
-            v, _addr(r, "via", v)) for v in via_list]
+        via = []
+        for v in via_list:  # a full table names a few next hops 900,000 times: each
+            a = hops.get(v) if isinstance(v, str) else None  # text is parsed once
+            if a is None:
+                a = _addr(r, "via", v)  # (the error for anything not an address text)
+                hops[v] = a
+            via.append(a)
         for v in via:
             if v.version != prefix.version:
                 raise r.err("via", f"next hop {v} is not IPv{prefix.version} like the prefix")

@@ -101,7 +101,8 @@ def first_hop_miss(fib6_roots, fib6_groups, sr_list, sr_hdr, sr_cache, lst, gen)
 @njit(cache=True, inline="always")
 def write_outer(buf, l3, ip6, iplen, h, sr_hdr, sr_list, lst):
     """Put segment list lst's precomputed outer header (IPv6, and the SRH unless it is a
-    one-segment .Red) in front of the inner packet at l3: one copy, then its payload
+    one-segment .Red) in front of the inner packet at l3: one copy in 32-byte moves
+    (``copy_moves``: the header is 40 bytes or more, srv6/tables.outer_header), then its payload
     length, next header (41 or 4), hop limit and traffic class from the inner packet (whose
     TTL was already decremented) and flow label from the flow hash h. Returns the outer
     header's offset and the protocol after it (routing, or the inner packet's). The caller

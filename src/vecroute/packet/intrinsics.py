@@ -109,8 +109,9 @@ load_be64 = _load_be(64)
 def _store_be(bits: int):  # type: ignore[no-untyped-def]
     """An intrinsic writing the integer v as the ``bits``-wide big-endian field at
     ``arr[off]`` (uint8, C layout): one byte swap and one unaligned store. v is cut to its
-    low ``bits`` bits, or widened with its sign (as ``(v >> 8) & 0xFF`` byte by byte
-    would read it). No bounds check, no wraparound, as ``_load_be``."""
+    low ``bits`` bits, or widened (with its sign when signed, with zeros when not: as
+    ``(v >> 8) & 0xFF`` byte by byte reads it). No bounds check, no wraparound, as
+    ``_load_be``."""
 
     @intrinsic
     def store(typingctx, arr, off, v):  # type: ignore[no-untyped-def]
