@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import random
 
+import numpy as np
 import pytest
 from conftest import H0_IP4, H0_IP6, N1, N1_IP6, R0_IP6, R1, Router, eth
 from scapy.layers.inet import IP, TCP, UDP
@@ -46,8 +47,9 @@ from test_srv6 import (
     srv6_pkt,
 )
 
+from vecroute.fib.route_table import bulk_key
 from vecroute.graph.node_ids import ETHERNET_INPUT
-from vecroute.graph.state import NS_CALLS, OPT_NO_FUSED
+from vecroute.graph.state import NS_CALLS, OPT_FIB_GEN, OPT_NO_FUSED
 from vecroute.srv6.tables import LocalSid
 
 ECMP_SEG = "2001:db8:400::9"  # a next segment with two next hops on eth1
@@ -258,3 +260,49 @@ def test_fused_srv6_follows_changes_of_the_host_routes() -> None:
     # 4.1.1), the /128 a plain route, the locator's SID End as before
     assert (c1["no-route"], c1["srv6-upper-layer"], c1["srv6-end"], c1["ip6-forwarded"]) == (
         40, 40, 40, 80)
+
+
+def test_fused_encap_follows_a_load_balance_changed_in_place() -> None:
+    """The fused pass caches each segment list's first hop, down to the adjacency when the
+    first segment's route has one bucket. The route to the policies' first segment moved
+    onto a private load-balance (a kernel nexthop object's, as linux-cp mirrors them, via
+    Fib.install_many), whose buckets are then rewritten in place to another next hop on
+    the same port (Fib.set_load_balance: the nexthop changed, no route did): the
+    encapsulated frames follow to the new next hop's MAC, as the node graph's do."""
+    rng = random.Random(9)
+    frames = [bytes(eth() / IPv6(src=H0_IP6, dst=first_addr(POLICIES["e2"][3], 1 + k))
+                    / UDP(sport=rng.randrange(1024, 65535), dport=53) / b"q") for k in range(40)]
+    first = ipaddress.ip_network("2001:db8:100::/48")  # SEG1's route, table 0
+    old_nh, new_nh = ipaddress.ip_address(N1_IP6), ipaddress.ip_address("2001:db8:2::4")
+    fused, nodes = Router(_config()), Router(_config())
+    nodes.state.opts[OPT_NO_FUSED] = 1
+    lbs = {}
+    for r in (fused, nodes):
+        fib = r.fib
+        ifx = fib.interface_index("eth1")
+        lb = fib.lbs.get_private(fib.path_adjacencies(6, [(ifx, old_nh)]))
+        fib.lbs.ref(lb)
+        a = int(first.network_address)
+        fib.install_many(6, 0, [bulk_key(0, first)], [("static", [(ifx, old_nh)], lb)],
+                         (np.array([a >> 64], np.uint64), np.array([a & (2**64 - 1)], np.uint64)),
+                         np.array([48], np.int64), np.array([lb], np.int64), distinct=True)
+        r.graph.swap_state(fib.state())
+        r.state = r.graph.state
+        lbs[r] = (lb, ifx)
+    macs = []
+    for step in range(2):
+        if step == 1:
+            for r, (lb, ifx) in lbs.items():
+                gen = r.fib.state().opts[OPT_FIB_GEN]
+                r.fib.set_load_balance(lb, r.fib.path_adjacencies(6, [(ifx, new_nh)]), None)
+                # a published state starts its caches afresh; one changed in place (the
+                # tables shared) sees the generation move
+                assert r.fib.state().opts[OPT_FIB_GEN] != gen
+                r.graph.swap_state(r.fib.state())
+                r.state = r.graph.state
+        res = fused.run(frames, now_ns=(step + 1) * 10**9)
+        assert _observed(fused, res) == _observed(nodes, nodes.run(frames, now_ns=(step + 1)
+                                                                  * 10**9))
+        assert len(res.tx) == len(frames)
+        macs.append({Ether(t.data).dst for t in res.tx})
+    assert macs == [{N1}, {"02:00:00:00:bb:04"}], macs

@@ -102,7 +102,9 @@ class AdjacencyTable:
         self.index: dict[AdjKey, int] = {}
         self.refs: list[int] = []
         self._free: list[int] = []
-        self.generation = 0  # moves whenever a row is created or freed (SRv6 caches see it)
+        # moves whenever a row is created or freed, or a private load-balance gets new
+        # buckets (SRv6 caches see it)
+        self.generation = 0
         self.local = self.get(AdjKey(ADJ_LOCAL))
         self.drop = self.get(AdjKey(ADJ_DROP))
         # for us too, but answers come from a unicast address of the interface
@@ -282,6 +284,9 @@ class LoadBalanceTable:
         if self.refs[i] > 0:
             for a in set(old):
                 self.adjs.unref(a)
+        # the routes keep their load-balance, but a cached first hop (an SR policy's, in
+        # the data path) is one of its buckets: moving the generation makes it look again
+        self.adjs.generation += 1
 
     def _place(self, i: int, buckets: list[int]) -> None:
         """Give entry i a bucket range of the right size (private entries only)."""

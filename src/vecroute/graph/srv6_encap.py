@@ -87,8 +87,12 @@ NODES = (
 
 
 @njit(cache=True, _nrt=False)
-def first_hop_miss(fib6_roots, fib6_groups, sr_list, sr_hdr, sr_cache, lst, gen) -> None:
-    """Look the list's first segment up again (the FIB changed): fill its cache entry."""
+def first_hop_miss(fib6_roots, fib6_groups, lbt, lbb, sr_list, sr_hdr, sr_cache, lst,
+                   gen) -> None:
+    """Look the list's first segment up again (the FIB changed): fill its cache entry, the
+    load-balance and, when it has one bucket, its adjacency (the fused pass takes that
+    without the load-balance's two reads; the generation moves with any bucket change,
+    fib/adjacency.py)."""
     fib = sr_list[lst, LIST_FIB]
     v = -1
     if 0 <= fib < fib6_roots.shape[0]:
@@ -96,6 +100,7 @@ def first_hop_miss(fib6_roots, fib6_groups, sr_list, sr_hdr, sr_cache, lst, gen)
                         rd64(sr_hdr[lst], 32))
     sr_cache[lst, 0] = gen
     sr_cache[lst, 1] = v
+    sr_cache[lst, 2] = lbb[lbt[v, LB_START]] if v >= 0 and lbt[v, LB_N] == 1 else -1
 
 
 @njit(cache=True, inline="always")
@@ -161,7 +166,8 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
         lst = sr_bucket[sr_pol[pol, POL_BSTART] + np.int64(h % np.uint32(nb))]
         # the route to the first segment, cached per list (the seed's dst_cache)
         if sr_cache[lst, 0] != gen:
-            first_hop_miss(dp.fib6_roots, dp.fib6_groups, sr_list, sr_hdr, sr_cache, lst, gen)
+            first_hop_miss(dp.fib6_roots, dp.fib6_groups, lbt, lbb, sr_list, sr_hdr, sr_cache,
+                           lst, gen)
         v = sr_cache[lst, 1]
         if v < 0:
             drop(frames, frame_n, meta, i, C.C_SRV6_NO_ROUTE)

@@ -239,7 +239,7 @@ class DataPlaneState:
     fib6_host_keys: np.ndarray = _tables_default(lambda: np.zeros((2, 3), dtype=np.uint64))
     fib6_host_vals: np.ndarray = _tables_default(lambda: np.full(1, -1, dtype=np.int32))
     # per segment list: the cached first-hop adjacency and the FIB generation it is for
-    sr_cache: np.ndarray = _shadow_default(lambda: np.full((1, 2), -1, dtype=np.int64))
+    sr_cache: np.ndarray = _shadow_default(lambda: np.full((1, 3), -1, dtype=np.int64))
     # reassembly contexts (zeros: all free; np.zeros maps pages lazily, so a state built
     # only to be swapped in, whose contexts are then carried over, costs no memory)
     reass_ctl: np.ndarray = _runtime(
