@@ -172,30 +172,26 @@ def test_pseudo_header6(src: bytes, dst: bytes, l4: bytes) -> None:
     assert got == inet_checksum(pseudo + l4)
 
 
-@njit(cache=True)
-def _write_fields(buf, o, v64, v32, v16, v8) -> None:
-    """wr16/wr32 (byte by byte) of every integer width and signedness the kernels pass."""
-    wr32(buf, o, v64)
-    wr16(buf, o + 4, v64)
-    wr32(buf, o + 6, v32)
-    wr16(buf, o + 10, v32)
-    wr32(buf, o + 12, v16)
-    wr16(buf, o + 16, v16)
-    wr32(buf, o + 18, v8)
-    wr16(buf, o + 22, v8)
+def _fields_by(w32, w16):
+    """A kernel writing the same eight fields of every integer width and signedness the
+    kernels pass, with the given 32- and 16-bit writers."""
+
+    @njit
+    def write(buf, o, v64, v32, v16, v8) -> None:
+        w32(buf, o, v64)
+        w16(buf, o + 4, v64)
+        w32(buf, o + 6, v32)
+        w16(buf, o + 10, v32)
+        w32(buf, o + 12, v16)
+        w16(buf, o + 16, v16)
+        w32(buf, o + 18, v8)
+        w16(buf, o + 22, v8)
+
+    return write
 
 
-@njit(cache=True)
-def _store_fields(buf, o, v64, v32, v16, v8) -> None:
-    """The same fields as one store each (store_be32 / store_be16: SRv6's outer header)."""
-    store_be32(buf, o, v64)
-    store_be16(buf, o + 4, v64)
-    store_be32(buf, o + 6, v32)
-    store_be16(buf, o + 10, v32)
-    store_be32(buf, o + 12, v16)
-    store_be16(buf, o + 16, v16)
-    store_be32(buf, o + 18, v8)
-    store_be16(buf, o + 22, v8)
+_write_fields = _fields_by(wr32, wr16)  # byte by byte
+_store_fields = _fields_by(store_be32, store_be16)  # one store each (SRv6's outer header)
 
 
 @SETTINGS
