@@ -103,6 +103,9 @@ from vecroute.graph.state import (
     ADJ_REWRITE,
     ADJ_SRV6_ENCAP,
     ADJ_SRV6_LOCALSID,
+    CACHE_ADJ,
+    CACHE_GEN,
+    CACHE_LB,
     FW_OUT_REPEATS,
     FW_RUN_IN,
     FW_RUN_OUT,
@@ -668,13 +671,13 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                         h = _hash(buf, l3, l4s[c], end, ulps[c], six)
                     lst = sr_bucket[sr_pol[pol, POL_BSTART] + (
                         0 if nb == 1 else np.int64(h % np.uint32(nb)))]  # a division: 10 ns
-                    if sr_cache[lst, 0] != gen:  # the node would refresh it just the same
+                    if sr_cache[lst, CACHE_GEN] != gen:  # the node would refresh it just the same
                         first_hop_miss(f6r, f6g, lb, lbb, sr_list, sr_hdr, sr_cache, lst, gen)
                     hl = np.int64(sr_list[lst, LIST_HDRLEN])
-                    if sr_cache[lst, 1] >= 0 and l3 - hl - L2_ROOM >= i * SLOT:
-                        a = sr_cache[lst, 2]  # its one adjacency, or the load-balance's
+                    if sr_cache[lst, CACHE_LB] >= 0 and l3 - hl - L2_ROOM >= i * SLOT:
+                        a = sr_cache[lst, CACHE_ADJ]  # its one adjacency, or the load-balance's
                         if a < 0:
-                            a = _bucket(lb, lbb, sr_cache[lst, 1], h)
+                            a = _bucket(lb, lbb, sr_cache[lst, CACHE_LB], h)
                         ok = _leaves(adj, ifc, a, iplen[c] + hl)
                         kinds[c] = K_ENCAP
                         aux[c] = lst

@@ -25,6 +25,9 @@ from vecroute.graph.state import (
     A_NH4,
     A_TYPE,
     ADJ_REWRITE,
+    CACHE_ADJ,
+    CACHE_GEN,
+    CACHE_LB,
     I_MTU,
     LB_N,
     LB_START,
@@ -98,9 +101,9 @@ def first_hop_miss(fib6_roots, fib6_groups, lbt, lbb, sr_list, sr_hdr, sr_cache,
     if 0 <= fib < fib6_roots.shape[0]:
         v = lpm6_lookup(fib6_roots, fib6_groups, fib, rd64(sr_hdr[lst], 24),
                         rd64(sr_hdr[lst], 32))
-    sr_cache[lst, 0] = gen
-    sr_cache[lst, 1] = v
-    sr_cache[lst, 2] = lbb[lbt[v, LB_START]] if v >= 0 and lbt[v, LB_N] == 1 else -1
+    sr_cache[lst, CACHE_GEN] = gen
+    sr_cache[lst, CACHE_LB] = v
+    sr_cache[lst, CACHE_ADJ] = lbb[lbt[v, LB_START]] if v >= 0 and lbt[v, LB_N] == 1 else -1
 
 
 @njit(cache=True, inline="always")
@@ -165,10 +168,10 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
             meta[M_HASH, i] = np.int32(h)
         lst = sr_bucket[sr_pol[pol, POL_BSTART] + np.int64(h % np.uint32(nb))]
         # the route to the first segment, cached per list (the seed's dst_cache)
-        if sr_cache[lst, 0] != gen:
+        if sr_cache[lst, CACHE_GEN] != gen:
             first_hop_miss(dp.fib6_roots, dp.fib6_groups, lbt, lbb, sr_list, sr_hdr, sr_cache,
                            lst, gen)
-        v = sr_cache[lst, 1]
+        v = sr_cache[lst, CACHE_LB]
         if v < 0:
             drop(frames, frame_n, meta, i, C.C_SRV6_NO_ROUTE)
             continue

@@ -129,6 +129,11 @@ LIST_SRH = 1  # 1 when the list carries an SRH (not a single-segment .Red)
 LIST_FIB = 2  # FIB table index (ip6) where the first segment is looked up
 LIST_COLS = 3
 SR_HDR_MAX = 40 + 8 + 16 * 16  # at most 16 segments
+# each list's first-hop cache (sr_cache int64 [n, CACHE_COLS], the seed's dst_cache)
+CACHE_GEN = 0  # the FIB generation it was filled at (-1: never)
+CACHE_LB = 1  # the first segment's load-balance (-1: no route)
+CACHE_ADJ = 2  # its adjacency when it has one bucket, else -1
+CACHE_COLS = 3
 
 # reassembly of fragments addressed to the router (graph/ip_reass.py): a fixed number of
 # contexts, each with a fixed data buffer, so the memory is bounded like Linux's
@@ -239,7 +244,8 @@ class DataPlaneState:
     fib6_host_keys: np.ndarray = _tables_default(lambda: np.zeros((2, 3), dtype=np.uint64))
     fib6_host_vals: np.ndarray = _tables_default(lambda: np.full(1, -1, dtype=np.int32))
     # per segment list: the cached first-hop adjacency and the FIB generation it is for
-    sr_cache: np.ndarray = _shadow_default(lambda: np.full((1, 3), -1, dtype=np.int64))
+    sr_cache: np.ndarray = _shadow_default(
+        lambda: np.full((1, CACHE_COLS), -1, dtype=np.int64))
     # reassembly contexts (zeros: all free; np.zeros maps pages lazily, so a state built
     # only to be swapped in, whose contexts are then carried over, costs no memory)
     reass_ctl: np.ndarray = _runtime(

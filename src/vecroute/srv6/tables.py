@@ -22,6 +22,7 @@ from vecroute.graph.state import (
     A_NH4,
     ADJ_SRV6_ENCAP,
     ADJ_SRV6_LOCALSID,
+    CACHE_COLS,
     LIST_COLS,
     LIST_FIB,
     LIST_HDRLEN,
@@ -104,8 +105,7 @@ class Srv6Tables:
         self.sr_bucket = np.zeros(1, dtype=np.int32)
         self.sr_list = np.zeros((1, LIST_COLS), dtype=np.int32)
         self.sr_hdr = np.zeros((1, SR_HDR_MAX), dtype=np.uint8)
-        # per list: FIB generation, the first segment's load-balance, its one adjacency
-        self.sr_cache = np.full((1, 3), -1, dtype=np.int64)
+        self.sr_cache = np.full((1, CACHE_COLS), -1, dtype=np.int64)
         self._n_sid = self._n_pol = self._n_list = 0
         self.generation = 0
 
