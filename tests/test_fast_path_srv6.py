@@ -267,8 +267,9 @@ def test_fused_encap_follows_a_load_balance_changed_in_place() -> None:
     first segment's route has one bucket. The route to the policies' first segment moved
     onto a private load-balance (a kernel nexthop object's, as linux-cp mirrors them, via
     Fib.install_many), whose buckets are then rewritten in place to another next hop on
-    the same port (Fib.set_load_balance: the nexthop changed, no route did): the
-    encapsulated frames follow to the new next hop's MAC, as the node graph's do."""
+    the same port, then to both (Fib.set_load_balance: the nexthop changed, no route
+    did): the encapsulated frames follow to the new next hop's MAC, then spread over both
+    by flow, as the node graph's do."""
     rng = random.Random(9)
     frames = [bytes(eth() / IPv6(src=H0_IP6, dst=first_addr(POLICIES["e2"][3], 1 + k))
                     / UDP(sport=rng.randrange(1024, 65535), dport=53) / b"q") for k in range(40)]
@@ -290,11 +291,13 @@ def test_fused_encap_follows_a_load_balance_changed_in_place() -> None:
         r.state = r.graph.state
         lbs[r] = (lb, ifx)
     macs = []
-    for step in range(2):
-        if step == 1:
+    for step in range(3):  # one next hop, another one, both (two buckets: not cached)
+        if step > 0:
+            hops = [new_nh] if step == 1 else [old_nh, new_nh]
             for r, (lb, ifx) in lbs.items():
                 gen = r.fib.state().opts[OPT_FIB_GEN]
-                r.fib.set_load_balance(lb, r.fib.path_adjacencies(6, [(ifx, new_nh)]), None)
+                paths = [(ifx, nh) for nh in hops]
+                r.fib.set_load_balance(lb, r.fib.path_adjacencies(6, paths), None)
                 # a published state starts its caches afresh; one changed in place (the
                 # tables shared) sees the generation move
                 assert r.fib.state().opts[OPT_FIB_GEN] != gen
@@ -305,4 +308,4 @@ def test_fused_encap_follows_a_load_balance_changed_in_place() -> None:
                                                                   * 10**9))
         assert len(res.tx) == len(frames)
         macs.append({Ether(t.data).dst for t in res.tx})
-    assert macs == [{N1}, {"02:00:00:00:bb:04"}], macs
+    assert macs == [{N1}, {"02:00:00:00:bb:04"}, {N1, "02:00:00:00:bb:04"}], macs

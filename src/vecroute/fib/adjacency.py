@@ -270,6 +270,10 @@ class LoadBalanceTable:
     def set_private(self, i: int, adjs: list[int], weights: list[int] | None = None) -> None:
         """New buckets for a private load-balance (its adjacencies re-referenced)."""
         buckets = self._buckets(adjs, weights)
+        # the routes keep their load-balance, but a cached first hop (an SR policy's, in
+        # the data path) is one of its buckets: moving the generation (first, so that it
+        # moves even if a step below fails half-way) makes it look again
+        self.adjs.generation += 1
         old = self.paths[i] or ()
         if self.refs[i] > 0:
             for a in set(buckets):
@@ -284,9 +288,6 @@ class LoadBalanceTable:
         if self.refs[i] > 0:
             for a in set(old):
                 self.adjs.unref(a)
-        # the routes keep their load-balance, but a cached first hop (an SR policy's, in
-        # the data path) is one of its buckets: moving the generation makes it look again
-        self.adjs.generation += 1
 
     def _place(self, i: int, buckets: list[int]) -> None:
         """Give entry i a bucket range of the right size (private entries only)."""
