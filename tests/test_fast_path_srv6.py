@@ -26,9 +26,11 @@ from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import Ether
 from test_fast_path import _observed
 from test_srv6 import (
+    BSID_W,
     BSIDS,
     NEXT6,
     POLICIES,
+    SEG1,
     SEG3,
     SID_DT4,
     SID_DT6,
@@ -42,15 +44,19 @@ from test_srv6 import (
     SID_X,
     SID_X_PSP,
     T5,
+    W_A,
+    W_B,
+    W_V6,
     first_addr,
     srv6_config,
     srv6_pkt,
 )
 
+from vecroute.fib.adjacency import AdjKey
 from vecroute.fib.route_table import bulk_key
 from vecroute.graph.node_ids import ETHERNET_INPUT
-from vecroute.graph.state import NS_CALLS, OPT_FIB_GEN, OPT_NO_FUSED
-from vecroute.srv6.tables import LocalSid
+from vecroute.graph.state import A_SR_LIST, ADJ_SRV6_ENCAP, NS_CALLS, OPT_FIB_GEN, OPT_NO_FUSED
+from vecroute.srv6.tables import LocalSid, Policy
 
 ECMP_SEG = "2001:db8:400::9"  # a next segment with two next hops on eth1
 ECMP_T5_4 = "198.51.100.0/24"  # table 5: two next hops on eth4 (after End.DT4 / DT46)
@@ -309,3 +315,69 @@ def test_fused_encap_follows_a_load_balance_changed_in_place() -> None:
         assert len(res.tx) == len(frames)
         macs.append({Ether(t.data).dst for t in res.tx})
     assert macs == [{N1}, {"02:00:00:00:bb:04"}, {N1, "02:00:00:00:bb:04"}], macs
+
+
+def _outer_dsts(res) -> set[str]:
+    """The destinations of the encapsulated frames sent (an SRH behind the IPv6 header)."""
+    out = set()
+    for t in res.tx:
+        e = Ether(t.data)
+        if e.type == 0x86DD and e[IPv6].nh == 43:
+            out.add(e[IPv6].dst)
+    return out
+
+
+def test_fused_encap_follows_policies_given_other_lists() -> None:
+    """A policy whose buckets all hold one segment list carries that list in its adjacency
+    (A_SR_LIST: the fused pass reads no policy and no bucket); one with several lists
+    carries -1 and the flow's hash picks the list. Policies replaced in place (one list ->
+    two, two -> one) and deleted, swapped in between runs: the adjacency says which, and
+    the fused path gives the node graph's frames and counters each time."""
+    rng = random.Random(21)
+    e1_v6 = POLICIES["e1"][3]
+    frames = [bytes(eth() / IPv6(src=H0_IP6, dst=first_addr(pfx, 1 + k % 50))
+                    / UDP(sport=rng.randrange(1024, 65535), dport=53) / b"w")
+              for k in range(120) for pfx in (W_V6, e1_v6)]
+    fused, nodes = Router(_config()), Router(_config())
+    nodes.state.opts[OPT_NO_FUSED] = 1
+
+    def lists_of(r, bsid):  # the list the adjacency carries, the policy's lists
+        p = r.fib.srv6.policies[ipaddress.ip_address(bsid)]
+        a = r.fib.adjs.index[AdjKey(ADJ_SRV6_ENCAP, -1, 0, p.index)]
+        return int(r.state.adj[a, A_SR_LIST]), p.lists
+
+    def run(step):
+        now = (step + 1) * 10**9
+        for r in (fused, nodes):
+            r.graph.swap_state(r.fib.state())
+            r.state = r.graph.state
+            r.state.clear_counters()
+        res = fused.run(frames, now_ns=now)
+        assert _observed(fused, res) == _observed(nodes, nodes.run(frames, now_ns=now))
+        return res
+
+    res = run(0)
+    assert lists_of(fused, BSID_W)[0] == -1  # weights 1 and 3: two lists
+    one, lists = lists_of(fused, BSIDS["e1"])
+    assert lists == [one]
+    assert len(res.tx) == len(frames)
+    assert {W_A, W_B, SEG1} <= _outer_dsts(res)
+    seg = [ipaddress.ip_address(SEG1)]
+    two = [([ipaddress.ip_address(W_B)], 2)]
+    for r in (fused, nodes):  # W: one list (weight 2); e1: two lists
+        t = r.fib.srv6
+        t.add_policy(Policy(ipaddress.ip_address(BSID_W), two))
+        t.add_policy(Policy(ipaddress.ip_address(BSIDS["e1"]),
+                            [(seg, 1), ([ipaddress.ip_address(W_A)], 1)]))
+    res = run(1)
+    one, lists = lists_of(fused, BSID_W)
+    assert lists == [one] and lists_of(fused, BSIDS["e1"])[0] == -1
+    assert len(res.tx) == len(frames)
+    dsts = _outer_dsts(res)
+    assert W_B in dsts and SEG1 in dsts and W_A in dsts  # W_A now only through e1
+    assert res.counters["srv6-encapsulated"] == len(frames)
+    for r in (fused, nodes):
+        r.fib.srv6.del_policy(ipaddress.ip_address(BSID_W))
+    res = run(2)
+    assert res.counters["srv6-encapsulated"] == len(frames) // 2  # e1's alone
+    assert _outer_dsts(res) == {SEG1, W_A}

@@ -99,6 +99,7 @@ from vecroute.graph.state import (
     A_IF,
     A_NH4,
     A_RWLEN,
+    A_SR_LIST,
     A_TYPE,
     ADJ_REWRITE,
     ADJ_SRV6_ENCAP,
@@ -664,13 +665,16 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                 ok = False  # SRv6 with a firewall: the nodes from the lookup on
             elif t == ADJ_SRV6_ENCAP:  # srv6-encap: its segment list, its first hop
                 ok = False
-                pol = adj[a, A_NH4]
-                nb = sr_pol[pol, POL_BN]
-                if nb > 0:
-                    if h == 0:
-                        h = _hash(buf, l3, l4s[c], end, ulps[c], six)
-                    lst = sr_bucket[sr_pol[pol, POL_BSTART] + (
-                        0 if nb == 1 else np.int64(h % np.uint32(nb)))]  # a division: 10 ns
+                if h == 0:  # the outer flow label's, and the choice among lists
+                    h = _hash(buf, l3, l4s[c], end, ulps[c], six)
+                lst = np.int64(adj[a, A_SR_LIST])  # the policy's one list: no more reads
+                if lst < 0:
+                    pol = adj[a, A_NH4]
+                    nb = sr_pol[pol, POL_BN]
+                    if nb > 0:
+                        lst = sr_bucket[sr_pol[pol, POL_BSTART] + (
+                            0 if nb == 1 else np.int64(h % np.uint32(nb)))]  # a division
+                if lst >= 0:
                     if sr_cache[lst, CACHE_GEN] != gen:  # the node would refresh it just the same
                         first_hop_miss(f6r, f6g, lb, lbb, sr_list, sr_hdr, sr_cache, lst, gen)
                     hl = np.int64(sr_list[lst, LIST_HDRLEN])

@@ -20,6 +20,7 @@ import numpy as np
 from vecroute.fib.adjacency import AdjKey
 from vecroute.graph.state import (
     A_NH4,
+    A_SR_LIST,
     ADJ_SRV6_ENCAP,
     ADJ_SRV6_LOCALSID,
     CACHE_COLS,
@@ -252,8 +253,12 @@ class Srv6Tables:
         return p
 
     def policy_adjacency(self, p: Policy) -> int:
+        """The policy's adjacency (the steering routes' and its binding SID's), with its
+        one segment list when it has one (A_SR_LIST)."""
         a = self.fib.adjs.get(AdjKey(ADJ_SRV6_ENCAP, -1, 0, p.index))
-        self.fib.adjs.adj[a, A_NH4] = p.index
+        row = self.fib.adjs.adj[a]
+        row[A_NH4] = p.index
+        row[A_SR_LIST] = p.lists[0] if len(set(p.lists)) == 1 else -1
         return a
 
     def del_policy(self, bsid: ipaddress.IPv6Address) -> None:
@@ -261,6 +266,9 @@ class Srv6Tables:
         if p is None:
             raise Srv6Error(f"no policy with binding SID {bsid}")
         self.sr_pol[p.index, POL_BN] = 0  # steered traffic now drops (srv6-policy-empty)
+        a = self.fib.adjs.index.get(AdjKey(ADJ_SRV6_ENCAP, -1, 0, p.index))
+        if a is not None:
+            self.fib.adjs.adj[a, A_SR_LIST] = -1  # through sr_pol, whose buckets are gone
         self.fib._remove_special(ipaddress.ip_network(f"{bsid}/128"), 0)
         for (table, prefix), b in list(self.steering.items()):
             if b == bsid:
