@@ -577,13 +577,15 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
             ip6[nc] = True
         else:
             continue
-        if tables:  # the keys the rule set reads, while the header is at hand
-            table_keys(buf, l3, et == ETH_P_IPV6, iplen[nc], tk, nc)
         slot[nc] = i
         pos[nc] = j
         nc += 1
     if nc == 0:
         return  # nothing plain: the graph pays only this scan
+    if tables:  # the keys the rule set reads, in a loop of their own: the parse's is long
+        for c in range(nc):
+            table_keys(buf, np.int64(meta[M_OFF, slot[c]]) + ETH_HLEN, ip6[c] != 0, iplen[c],
+                       tk, c)
     if staged:  # past ip4/ip6-input for good: its metadata, as the nodes would have it
         for c in range(nc):
             _stage(buf, meta, if_stats, pk, slot[c], iplen[c], l4s[c], ulps[c], tab[c],
