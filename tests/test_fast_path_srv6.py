@@ -331,8 +331,9 @@ def test_fused_encap_follows_policies_given_other_lists() -> None:
     """A policy whose buckets all hold one segment list carries that list in its adjacency
     (A_SR_LIST: the fused pass reads no policy and no bucket); one with several lists
     carries -1 and the flow's hash picks the list. Policies replaced in place (one list ->
-    two, two -> one) and deleted, swapped in between runs: the adjacency says which, and
-    the fused path gives the node graph's frames and counters each time."""
+    two, two -> one) and deleted, swapped in between runs: the adjacency says which (-1
+    once deleted), every frame takes the fused pass, and it gives the node graph's frames
+    and counters each time."""
     rng = random.Random(21)
     e1_v6 = POLICIES["e1"][3]
     frames = [bytes(eth() / IPv6(src=H0_IP6, dst=first_addr(pfx, 1 + k % 50))
@@ -354,9 +355,10 @@ def test_fused_encap_follows_policies_given_other_lists() -> None:
             r.state.clear_counters()
         res = fused.run(frames, now_ns=now)
         assert _observed(fused, res) == _observed(nodes, nodes.run(frames, now_ns=now))
-        return res
+        return res, int(fused.state.node_stats[ETHERNET_INPUT, NS_CALLS])
 
-    res = run(0)
+    res, calls = run(0)
+    assert calls == 1, "every frame in the fused pass"
     assert lists_of(fused, BSID_W)[0] == -1  # weights 1 and 3: two lists
     one, lists = lists_of(fused, BSIDS["e1"])
     assert lists == [one]
@@ -369,15 +371,21 @@ def test_fused_encap_follows_policies_given_other_lists() -> None:
         t.add_policy(Policy(ipaddress.ip_address(BSID_W), two))
         t.add_policy(Policy(ipaddress.ip_address(BSIDS["e1"]),
                             [(seg, 1), ([ipaddress.ip_address(W_A)], 1)]))
-    res = run(1)
+    res, calls = run(1)
+    assert calls == 1
     one, lists = lists_of(fused, BSID_W)
     assert lists == [one] and lists_of(fused, BSIDS["e1"])[0] == -1
     assert len(res.tx) == len(frames)
     dsts = _outer_dsts(res)
     assert W_B in dsts and SEG1 in dsts and W_A in dsts  # W_A now only through e1
     assert res.counters["srv6-encapsulated"] == len(frames)
+    w_index = fused.fib.srv6.policies[ipaddress.ip_address(BSID_W)].index
     for r in (fused, nodes):
         r.fib.srv6.del_policy(ipaddress.ip_address(BSID_W))
-    res = run(2)
+    # no route leads to W's adjacency any more; a state not yet swapped (its arrays
+    # shared) would still, and must find the buckets gone, not the old list
+    assert fused.fib.adjs.adj[fused.fib.adjs.index[AdjKey(ADJ_SRV6_ENCAP, -1, 0, w_index)],
+                              A_SR_LIST] == -1
+    res, _ = run(2)
     assert res.counters["srv6-encapsulated"] == len(frames) // 2  # e1's alone
     assert _outer_dsts(res) == {SEG1, W_A}

@@ -297,6 +297,29 @@ def test_end_dx4_is_traced_without_a_lookup():
     assert any(s.get("srv6", {}).get("behavior") == "End.DX4" for s in pkts[0]["nodes"])
 
 
+def test_srv6_encap_names_its_policy_after_another_was_deleted():
+    """The srv6-encap step names the policy by its index (the adjacency's), not by its
+    place among the policies: with the first policy deleted and a new one added, a packet
+    steered into the second is traced with the second's binding SID and segments."""
+    from test_srv6 import BSIDS, POLICIES, SEG1, first_addr, srv6_config
+
+    from vecroute.srv6.tables import Policy
+
+    r = Router(srv6_config())
+    sr = r.fib.srv6
+    sr.del_policy(ipaddress.ip_address(BSIDS["e1"]))
+    sr.add_policy(Policy(ipaddress.ip_address("2001:db8:ff:b::77"),
+                         [([ipaddress.ip_address(SEG1)], 1)]))
+    r.graph.swap_state(r.fib.state())
+    r.state = r.graph.state
+    p = eth() / IPv6(src=H0_IP6, dst=first_addr(POLICIES["e2"][3])) / UDP(dport=9)
+    res, pkts = traced(r, [p])
+    assert len(res.tx) == 1
+    step = [s["srv6"] for s in pkts[0]["nodes"] if s["node"] == "srv6-encap"]
+    assert len(step) == 1 and step[0]["bsid"] == BSIDS["e2"]
+    assert step[0]["segment_lists"][0]["segments"] == POLICIES["e2"][1]
+
+
 @pytest.mark.parametrize("words", [
     ["port", "0000000099999"], ["proto", "00000000300"], ["port", "0" * 8 + "9" * 4000],
     [], ["and"], ["src", "ip"], ["host", "fe80::1%eth0"], ["dst", "tcp"]])

@@ -507,9 +507,7 @@ class TraceExplainer:
             adjs = self.fib.adjs
             if 0 <= a < adjs.adj.shape[0] and adjs.adj[a, A_TYPE] == ADJ_SRV6_ENCAP:
                 step["srv6"] = {"policy": int(adjs.adj[a, A_NH4])}
-                pols = self.fib.srv6.policy_rows()
-                if 0 <= step["srv6"]["policy"] < len(pols):
-                    step["srv6"].update(pols[step["srv6"]["policy"]])
+                step["srv6"].update(self.fib.srv6.policy_row(step["srv6"]["policy"]) or {})
         elif name in ("icmp4-error", "icmp6-error"):
             aux = int(meta[M_AUX])
             step["icmp"] = {"type": aux >> 8, "code": aux & 0xFF}

@@ -39,9 +39,10 @@ A_TYPE = 0
 A_IF = 1
 A_NH4 = 2  # ip4 next hop
 A_NH6 = 3  # 4 words of the ip6 next hop, big-endian words: A_NH6 .. A_NH6+3
-# ADJ_SRV6_ENCAP (no next hop): the policy's segment list when every bucket holds the same
-# one, else -1 (the flow's hash picks among sr_bucket's): the fused path reads the list
-# from the adjacency it already holds, two dependent reads (policy, bucket) fewer
+# ADJ_SRV6_ENCAP (no next hop): the policy's segment list when it has one (its weight only
+# replicates buckets), else -1 (the flow's hash picks one of sr_bucket's): the fused path
+# reads the list from the adjacency it already holds, two dependent reads (policy, bucket)
+# fewer
 A_SR_LIST = A_NH6
 A_FAMILY = 7
 A_RWLEN = 8

@@ -258,7 +258,7 @@ class Srv6Tables:
         a = self.fib.adjs.get(AdjKey(ADJ_SRV6_ENCAP, -1, 0, p.index))
         row = self.fib.adjs.adj[a]
         row[A_NH4] = p.index
-        row[A_SR_LIST] = p.lists[0] if len(set(p.lists)) == 1 else -1
+        row[A_SR_LIST] = p.lists[0] if len(p.lists) == 1 else -1  # weights: buckets only
         return a
 
     def del_policy(self, bsid: ipaddress.IPv6Address) -> None:
@@ -303,11 +303,22 @@ class Srv6Tables:
                 for (t, _), ls in sorted(self.localsids.items(), key=lambda kv: str(kv[0]))]
 
     def policy_rows(self) -> list[dict]:
-        return [{"bsid": str(p.bsid), "mode": p.mode,
-                 "source": str(p.source or self.encap_source),
-                 "segment_lists": [{"segments": [str(s) for s in segs], "weight": w}
-                                   for segs, w in p.segment_lists]}
-                for p in self.policies.values()]
+        return [self._policy_row(p) for p in self.policies.values()]
+
+    def policy_row(self, index: int) -> dict | None:
+        """The row of the policy with this index (its adjacency's A_NH4), None if none has
+        it (deleted). Indexes are not positions in policy_rows: a deleted policy leaves a
+        gap, a replaced one keeps its index."""
+        for p in self.policies.values():
+            if p.index == index:
+                return self._policy_row(p)
+        return None
+
+    def _policy_row(self, p: Policy) -> dict:
+        return {"bsid": str(p.bsid), "mode": p.mode,
+                "source": str(p.source or self.encap_source),
+                "segment_lists": [{"segments": [str(s) for s in segs], "weight": w}
+                                  for segs, w in p.segment_lists]}
 
     def steering_rows(self) -> list[dict]:
         return [{"prefix": str(n), "table": t, "bsid": str(b)}
