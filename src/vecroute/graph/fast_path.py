@@ -177,7 +177,7 @@ from vecroute.packet.headers import (
     rd32,
     rd64,
 )
-from vecroute.packet.intrinsics import memcpy, prefetch_write
+from vecroute.packet.intrinsics import memcpy
 
 
 @njit(cache=True, inline="always")
@@ -687,12 +687,6 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                         ok = _leaves(adj, ifc, a, iplen[c] + hl)
                         kinds[c] = K_ENCAP
                         aux[c] = lst
-                        # the headroom the commit writes the outer and L2 headers into
-                        # has not been touched: its lines come in owned meanwhile
-                        p = l3 - hl - ETH_HLEN
-                        while p < l3:
-                            prefetch_write(buf, p)
-                            p += 64
             elif t == ADJ_SRV6_LOCALSID and six:  # srv6-localsid: End, End.X, End.T, decaps
                 sid = adj[a, A_NH4]
                 kd, off, col, inner6 = _plan_localsid(buf, l3, end, l4s[c], ulps[c], sr_sid,

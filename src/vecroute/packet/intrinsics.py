@@ -44,34 +44,25 @@ def memcpy(typingctx, dst, dst_off, src, src_off, n):  # type: ignore[no-untyped
     return sig, codegen
 
 
-def _prefetch(write: int):  # type: ignore[no-untyped-def]
-    """An intrinsic hinting the CPU to load the cache line holding ``arr.flat[idx]``, to
-    read (0) or to write (1: the line comes in owned, so stores to it do not wait for it)."""
+@intrinsic
+def prefetch(typingctx, arr, idx):  # type: ignore[no-untyped-def]
+    """Hint the CPU to load the cache line holding ``arr.flat[idx]`` (read, keep)."""
+    if not isinstance(arr, types.Array) or arr.layout != "C":
+        return None
+    sig = types.void(arr, types.int64)
 
-    @intrinsic
-    def fetch(typingctx, arr, idx):  # type: ignore[no-untyped-def]
-        if not isinstance(arr, types.Array) or arr.layout != "C":
-            return None
-        sig = types.void(arr, types.int64)
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(a.data, [args[1]])
+        i8p = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32),
+                                               ir.IntType(32)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(ir.IntType(32), 0),
+                          ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
+        return context.get_dummy_value()
 
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            a = context.make_array(signature.args[0])(context, builder, args[0])
-            ptr = builder.gep(a.data, [args[1]])
-            i8p = ir.IntType(8).as_pointer()
-            fnty = ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32),
-                                                   ir.IntType(32)])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-            builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(ir.IntType(32), write),
-                              ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return fetch
-
-
-prefetch = _prefetch(0)
-prefetch_write = _prefetch(1)
+    return sig, codegen
 
 
 def _load_be(bits: int):  # type: ignore[no-untyped-def]
