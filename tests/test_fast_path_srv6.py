@@ -52,11 +52,10 @@ from test_srv6 import (
     srv6_pkt,
 )
 
-from vecroute.fib.adjacency import AdjKey
 from vecroute.fib.route_table import bulk_key
 from vecroute.graph.node_ids import ETHERNET_INPUT
-from vecroute.graph.state import A_SR_LIST, ADJ_SRV6_ENCAP, NS_CALLS, OPT_FIB_GEN, OPT_NO_FUSED
-from vecroute.srv6.tables import LocalSid, Policy
+from vecroute.graph.state import A_SR_LIST, NS_CALLS, OPT_FIB_GEN, OPT_NO_FUSED
+from vecroute.srv6.tables import LocalSid, Policy, policy_key
 
 ECMP_SEG = "2001:db8:400::9"  # a next segment with two next hops on eth1
 ECMP_T5_4 = "198.51.100.0/24"  # table 5: two next hops on eth4 (after End.DT4 / DT46)
@@ -344,7 +343,7 @@ def test_fused_encap_follows_policies_given_other_lists() -> None:
 
     def lists_of(r, bsid):  # the list the adjacency carries, the policy's lists
         p = r.fib.srv6.policies[ipaddress.ip_address(bsid)]
-        a = r.fib.adjs.index[AdjKey(ADJ_SRV6_ENCAP, -1, 0, p.index)]
+        a = r.fib.adjs.index[policy_key(p.index)]
         return int(r.state.adj[a, A_SR_LIST]), p.lists
 
     def run(step):
@@ -384,8 +383,7 @@ def test_fused_encap_follows_policies_given_other_lists() -> None:
         r.fib.srv6.del_policy(ipaddress.ip_address(BSID_W))
     # no route leads to W's adjacency any more; a state not yet swapped (its arrays
     # shared) would still, and must find the buckets gone, not the old list
-    assert fused.fib.adjs.adj[fused.fib.adjs.index[AdjKey(ADJ_SRV6_ENCAP, -1, 0, w_index)],
-                              A_SR_LIST] == -1
+    assert fused.fib.adjs.adj[fused.fib.adjs.index[policy_key(w_index)], A_SR_LIST] == -1
     res, _ = run(2)
     assert res.counters["srv6-encapsulated"] == len(frames) // 2  # e1's alone
     assert _outer_dsts(res) == {SEG1, W_A}

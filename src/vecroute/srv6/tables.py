@@ -75,6 +75,11 @@ class Policy:
     lists: list[int] = field(default_factory=list)
 
 
+def policy_key(index: int) -> AdjKey:
+    """The adjacency key of the policy with this index (one adjacency a policy)."""
+    return AdjKey(ADJ_SRV6_ENCAP, -1, 0, index)
+
+
 def outer_header(segments: list[ipaddress.IPv6Address], source: ipaddress.IPv6Address,
                  mode: str) -> tuple[bytes, bool]:
     """The outer IPv6 header (+ SRH) as Linux seg6 builds it; patched per packet."""
@@ -255,7 +260,7 @@ class Srv6Tables:
     def policy_adjacency(self, p: Policy) -> int:
         """The policy's adjacency (the steering routes' and its binding SID's), with its
         one segment list when it has one (A_SR_LIST)."""
-        a = self.fib.adjs.get(AdjKey(ADJ_SRV6_ENCAP, -1, 0, p.index))
+        a = self.fib.adjs.get(policy_key(p.index))
         row = self.fib.adjs.adj[a]
         row[A_NH4] = p.index
         row[A_SR_LIST] = p.lists[0] if len(p.lists) == 1 else -1  # weights: buckets only
@@ -266,7 +271,7 @@ class Srv6Tables:
         if p is None:
             raise Srv6Error(f"no policy with binding SID {bsid}")
         self.sr_pol[p.index, POL_BN] = 0  # steered traffic now drops (srv6-policy-empty)
-        a = self.fib.adjs.index.get(AdjKey(ADJ_SRV6_ENCAP, -1, 0, p.index))
+        a = self.fib.adjs.index.get(policy_key(p.index))
         if a is not None:
             self.fib.adjs.adj[a, A_SR_LIST] = -1  # through sr_pol, whose buckets are gone
         self.fib._remove_special(ipaddress.ip_network(f"{bsid}/128"), 0)
