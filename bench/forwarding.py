@@ -486,27 +486,17 @@ class VectorPath:
         return (time.perf_counter() - t0) / calls
 
     def direct_empty_calls(self, calls: int) -> float:
-        """Seconds per run_graph call with a pre-built argument tuple (numba dispatch only)."""
+        """Seconds per run_graph call through numba's dispatcher, no Python around it
+        (the batch's and the graph's arrays built once into their GraphCall)."""
         from vecroute.graph.dispatch import run_graph
 
-        b, g = self.batch, self.graph
-        args = (
-            0,
-            NOW_NS,
-            b.buf,
-            b.meta,
-            b.ts,
-            b.nalloc,
-            g.frames,
-            g.frame_n,
-            g.work,
-            g.txl,
-            g.txn,
-            *self.state.args(),
-        )
+        b = self.batch
+        b.n = 0
+        b.nalloc[0] = 0
+        call = self.graph.graph_call(b)
         t0 = time.perf_counter()
         for _ in range(calls):
-            run_graph(*args)
+            run_graph(0, NOW_NS, call)
         return (time.perf_counter() - t0) / calls
 
     def clear(self) -> None:

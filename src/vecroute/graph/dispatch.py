@@ -10,15 +10,16 @@ One compiled call per batch. Each node call is timed with the cycle counter and 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 from vecroute.firewall.keys import K_COLS
 from vecroute.firewall.layout import DIR_IN, DIR_OUT, FW
 from vecroute.graph import node_ids as N
 from vecroute.graph.arp_input import arp_input
+from vecroute.graph.call import GraphCall, new_graph_call
 from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.ethernet_input import ethernet_input
-from vecroute.graph.fast_path import fused_pass, fused_scratch
+from vecroute.graph.fast_path import fused_pass
 from vecroute.graph.firewall import fw_node
 from vecroute.graph.gso_segment import gso_segment
 from vecroute.graph.icmp_error import icmp4_error, icmp6_error
@@ -61,52 +62,12 @@ from vecroute.packet.batch import F_INJ_L2, M_FLAGS, M_NEXT, PacketBatch
 
 
 @njit(cache=True)
-def run_graph(
-    n, now, buf, meta, ts, nalloc, frames, frame_n, work, txl, txn,
-    ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
-    fib6_host_keys, fib6_host_vals,
-    lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
-    opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
-    reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
-    trace_ctl, trace_rec, trace_snap, trace_time,
-) -> None:
-    """One batch through the graph, without a firewall (its nodes are compiled away)."""
-    dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
-            fib6_host_keys, fib6_host_vals,
-            lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
-            node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
-            reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
-            trace_ctl, trace_rec, trace_snap, trace_time)
-    sc, fl, acc = fused_scratch(max(n, 1))  # at most n candidates
-    run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, None, None, None,
-              sc, fl, acc)
-
-
-@njit(cache=True)
-def run_graph_fw(
-    n, now, buf, meta, ts, nalloc, frames, frame_n, work, txl, txn,
-    ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
-    fib6_host_keys, fib6_host_vals,
-    lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats, node_stats,
-    opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
-    reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
-    trace_ctl, trace_rec, trace_snap, trace_time,
-    c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes, cnt,
-    t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl, fwk, fwv,
-) -> None:
-    """One batch through the graph with a firewall (the FW arrays, then its key and
-    verdict scratch matrices)."""
-    dp = DP(ifc, if_mac, if_ip6, fib4_roots, fib4_groups, fib6_roots, fib6_groups,
-            fib6_host_keys, fib6_host_vals,
-            lb, lb_buckets, adj, adj_rw, adj_last_req, glean, icmp_tb, counters, if_stats,
-            node_stats, opts, sr_sid, sr_pol, sr_bucket, sr_list, sr_hdr, sr_cache,
-            reass_ctl, reass_frag, reass_hdr, reass_data, reass_glob,
-            trace_ctl, trace_rec, trace_snap, trace_time)
-    fw = FW(c4, cl6_roots, cl6_groups, cmap, bm, ag, grp, glist, gpos, rinfo, prog, probes,
-            cnt, t4_roots, t4_groups, t6_roots, t6_groups, t_idx, nt, if_tab, st, ctl)
-    sc, fl, acc = fused_scratch(max(n, 1))  # at most n candidates
-    run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw, fwk, fwv,
-              sc, fl, acc)
+def run_graph(n, now, g) -> None:
+    """One batch through the graph: ``g`` is a GraphCall (graph/call.py), the batch's and
+    the graph's arrays as one argument; with a firewall or without (its nodes are compiled
+    away), one specialisation each."""
+    run_nodes(n, now, g.meta, g.buf, g.nalloc, g.frames, g.frame_n, g.work, g.txl, g.txn,
+              g.dp, g.fw, g.fwk, g.fwv, g.sc, g.fl, g.acc)
 
 
 @njit(cache=True, _nrt=False)
@@ -232,13 +193,34 @@ class Graph:
         self._fw_args: tuple = ()
         self._fw_gen = -1
         self._fw_scratch = (np.zeros((cap, K_COLS), np.int64), np.zeros((3, cap), np.int32))
-        self._tail: tuple = ()  # the call's arguments after the batch's (built once per change)
-        self._build_tail()
+        self._call: tuple | None = None  # (batch, GraphCall, entry point), built once per change
         self.attach_firewall(firewall)
 
-    def _build_tail(self) -> None:
-        self._tail = (self.frames, self.frame_n, self.work, self.txl, self.txn,
-                      *self.state.args(), *self._fw_args)
+    def _unbind(self) -> None:
+        """The arrays changed: the next batch builds its GraphCall again."""
+        self._call = None
+
+    def _bound(self, batch: PacketBatch) -> tuple:
+        """(batch, its GraphCall, run_graph's compiled entry point for the call's type),
+        built when the batch or the arrays changed. The entry point is called directly:
+        the dispatcher's own type resolution costs ~1 us a call."""
+        bound = self._call
+        if bound is None or bound[0] is not batch:
+            if batch.capacity > self.work.shape[0]:  # its slots would index past the frames
+                raise ValueError(f"a batch of {batch.capacity} slots for a graph built for "
+                                 f"{self.work.shape[0]}")
+            frames, frame_n, work, txl, txn, dp, fw, fwk, fwv = self.loop_args()
+            call = new_graph_call(batch.buf, batch.meta, batch.nalloc, frames, frame_n, work,
+                                  txl, txn, dp, fw, fwk, fwv)
+            entry = run_graph.compile((types.int64, types.int64, call._numba_type_))
+            bound = self._call = (batch, call, entry)
+        return bound
+
+    def graph_call(self, batch: PacketBatch) -> GraphCall:
+        """What run_graph is handed for ``batch`` (tools that time the call itself)."""
+        if self.firewall is not None:
+            self.sync_firewall()
+        return self._bound(batch)[1]
 
     def attach_firewall(self, firewall, directions: int = FW_RUN_IN | FW_RUN_OUT) -> None:
         """Run ``firewall`` (a :class:`vecroute.firewall.Firewall`) at input and output from
@@ -247,13 +229,13 @@ class Graph:
         self._fw_gen = -1
         self._fw_args = ()
         self.state.opts[OPT_FW] = directions if firewall is not None else 0
-        self._build_tail()
+        self._unbind()
 
     def swap_state(self, state: DataPlaneState) -> None:
         """Install new tables between batches; this graph's runtime (counters, rate
         limiters, partial datagrams) carries over (DataPlaneState.with_runtime)."""
         self.state = state.with_runtime(self.state)
-        self._build_tail()
+        self._unbind()
 
     def reass_due(self, now_ns: int) -> bool:
         """A reassembly context has timed out: an idle caller should run an empty batch
@@ -271,7 +253,7 @@ class Graph:
         if fw.generation != self._fw_gen:
             self._fw_gen = fw.generation
             self._fw_args = (*fw.args(), *self._fw_scratch)
-            self._build_tail()
+            self._unbind()
             trivial = fw.compiled.trivial_directions()  # bit 1 << DIR_IN / DIR_OUT
             repeats = FW_OUT_REPEATS if fw.compiled.out_repeats_in() else 0
             tables = FW_TABLES if fw.compiled.tables_only() else 0
@@ -292,10 +274,8 @@ class Graph:
 
     def run(self, batch: PacketBatch, now_ns: int) -> np.ndarray:
         """Process the batch; returns the indices of packets to transmit, in order."""
-        if self.firewall is None:
-            run_graph(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc, *self._tail)
-        else:
+        if self.firewall is not None:
             self.sync_firewall()
-            run_graph_fw(batch.n, now_ns, batch.buf, batch.meta, batch.ts, batch.nalloc,
-                         *self._tail)
+        bound = self._bound(batch)
+        bound[2](batch.n, now_ns, bound[1])
         return self.txl[: self.txn[0]]
