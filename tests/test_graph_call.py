@@ -4,8 +4,11 @@ firewall attached, never run on arrays it was built from before."""
 
 from __future__ import annotations
 
+import ipaddress
+
+import numpy as np
 import pytest
-from conftest import DST4, DST6, R0, Router, eth
+from conftest import DST4, DST6, N3_IP4, R0, Router, eth
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 
@@ -41,6 +44,39 @@ def test_a_batch_larger_than_the_graph_is_refused():
     r = Router(vector_size=16)
     with pytest.raises(ValueError, match="slots for a graph built for"):
         r.graph.run(PacketBatch(64), 0)
+    r.batch.n = r.batch.capacity + 1  # a count past its slots
+    with pytest.raises(ValueError, match="packets in"):
+        r.graph.run(r.batch, 0)
+
+
+def test_a_batch_whose_arrays_were_replaced_is_bound_again():
+    r = Router()
+    assert _one(r, eth(R0) / IP(dst=DST4, ttl=9) / UDP())[0] == "eth1"
+    b = r.batch
+    b.buf, b.meta, b.nalloc = np.zeros_like(b.buf), np.zeros_like(b.meta), np.zeros_like(b.nalloc)
+    ifname, out = _one(r, eth(R0) / IP(dst=DST4, ttl=4) / UDP())
+    assert ifname == "eth1" and out[IP].ttl == 3
+
+
+def test_a_batch_run_twice_is_left_as_it_is():
+    """Run again without a reload, every packet already has its disposition (DONE_TX is
+    past the nodes' ids): the graph leaves them, it does not index its frames with it."""
+    r = Router()
+    res = r.run([eth(R0) / IP(dst=DST4, ttl=9) / UDP()] * 3)
+    assert res.fates == ["tx"] * 3
+    before = r.state.counters.copy()
+    txl = r.graph.run(r.batch, 0)
+    assert len(txl) == 0
+    assert (r.state.counters == before).all()
+
+
+def test_the_call_follows_a_swapped_state():
+    r = Router()
+    assert _one(r, eth(R0) / IP(dst=DST4, ttl=9) / UDP())[0] == "eth1"
+    r.fib.add_route(ipaddress.ip_network(f"{DST4}/32"), [ipaddress.ip_address(N3_IP4)])
+    r.graph.swap_state(r.fib.state())
+    r.state = r.graph.state
+    assert _one(r, eth(R0) / IP(dst=DST4, ttl=9) / UDP())[0] == "eth3"
 
 
 def test_the_call_follows_attach_and_generation_changes():

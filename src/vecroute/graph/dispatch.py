@@ -93,6 +93,8 @@ def run_nodes(n, now, meta, buf, nalloc, frames, frame_n, work, txl, txn, dp, fw
     fw_out = fw is not None and (dp.opts[OPT_FW] & FW_RUN_OUT) != 0
     for i in range(n):  # usually ethernet-input; re-injected packets enter at a lookup
         first = meta[M_NEXT, i]
+        if first < 0 or first >= N.N_NODES:  # already disposed of (a batch run twice)
+            continue
         if fw_out and first == N.INTERFACE_OUTPUT and meta[M_FLAGS, i] & F_INJ_L2:
             first = N.FW_OUT  # a frame from Linux: fw-out first
         frames[first, frame_n[first]] = i
@@ -193,34 +195,44 @@ class Graph:
         self._fw_args: tuple = ()
         self._fw_gen = -1
         self._fw_scratch = (np.zeros((cap, K_COLS), np.int64), np.zeros((3, cap), np.int32))
-        self._call: tuple | None = None  # (batch, GraphCall, entry point), built once per change
+        self._calls: dict = {}  # batch -> (its meta, buf, nalloc, GraphCall, entry point)
+        self._entries: dict = {}  # GraphCall type -> run_graph's compiled entry point
         self.attach_firewall(firewall)
 
     def _unbind(self) -> None:
-        """The arrays changed: the next batch builds its GraphCall again."""
-        self._call = None
+        """The arrays changed: each batch builds its GraphCall again."""
+        self._calls.clear()
 
     def _bound(self, batch: PacketBatch) -> tuple:
-        """(batch, its GraphCall, run_graph's compiled entry point for the call's type),
-        built when the batch or the arrays changed. The entry point is called directly:
-        the dispatcher's own type resolution costs ~1 us a call."""
-        bound = self._call
-        if bound is None or bound[0] is not batch:
-            if batch.capacity > self.work.shape[0]:  # its slots would index past the frames
-                raise ValueError(f"a batch of {batch.capacity} slots for a graph built for "
-                                 f"{self.work.shape[0]}")
-            frames, frame_n, work, txl, txn, dp, fw, fwk, fwv = self.loop_args()
-            call = new_graph_call(batch.buf, batch.meta, batch.nalloc, frames, frame_n, work,
-                                  txl, txn, dp, fw, fwk, fwv)
-            entry = run_graph.compile((types.int64, types.int64, call._numba_type_))
-            bound = self._call = (batch, call, entry)
+        """(meta, buf, nalloc, GraphCall, entry point) of ``batch``: built again when the
+        batch's arrays or the graph's changed (a call on arrays it was not built from
+        would index frames with another batch's metadata). The entry point is called
+        directly: the dispatcher's own type resolution costs ~1 us a call."""
+        bound = self._calls.get(batch)
+        if (bound is not None and bound[0] is batch.meta and bound[1] is batch.buf
+                and bound[2] is batch.nalloc):
+            return bound
+        if batch.capacity > self.work.shape[0]:  # its slots would index past the frames
+            raise ValueError(f"a batch of {batch.capacity} slots for a graph built for "
+                             f"{self.work.shape[0]}")
+        frames, frame_n, work, txl, txn, dp, fw, fwk, fwv = self.loop_args()
+        call = new_graph_call(batch.buf, batch.meta, batch.nalloc, frames, frame_n, work, txl,
+                              txn, dp, fw, fwk, fwv)
+        ty = call._numba_type_
+        entry = self._entries.get(ty)
+        if entry is None:  # compile() takes numba's lock: ~30 us
+            entry = self._entries[ty] = run_graph.compile((types.int64, types.int64, ty))
+        if len(self._calls) >= 4:  # a few batches in turn (double buffering), not every one
+            self._calls.clear()
+        bound = self._calls[batch] = (batch.meta, batch.buf, batch.nalloc, call, entry)
         return bound
 
     def graph_call(self, batch: PacketBatch) -> GraphCall:
-        """What run_graph is handed for ``batch`` (tools that time the call itself)."""
+        """What run_graph is handed for ``batch`` now (tools that time the call itself);
+        stale, and unsafe to hand over, after any change that rebuilds it."""
         if self.firewall is not None:
             self.sync_firewall()
-        return self._bound(batch)[1]
+        return self._bound(batch)[3]
 
     def attach_firewall(self, firewall, directions: int = FW_RUN_IN | FW_RUN_OUT) -> None:
         """Run ``firewall`` (a :class:`vecroute.firewall.Firewall`) at input and output from
@@ -276,6 +288,9 @@ class Graph:
         """Process the batch; returns the indices of packets to transmit, in order."""
         if self.firewall is not None:
             self.sync_firewall()
+        n = batch.n
+        if not 0 <= n <= batch.capacity:
+            raise ValueError(f"a batch of {n} packets in {batch.capacity} slots")
         bound = self._bound(batch)
-        bound[2](batch.n, now_ns, bound[1])
+        bound[4](n, now_ns, bound[3])
         return self.txl[: self.txn[0]]
