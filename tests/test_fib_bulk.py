@@ -19,7 +19,7 @@ import pytest
 from vecroute.control.config import parse_config
 from vecroute.control.linux_nl import KernelSync
 from vecroute.control.neighbors import NeighborTable
-from vecroute.fib.fib import Fib
+from vecroute.fib.fib import Fib, RouteError
 from vecroute.fib.route_table import bulk_key
 
 MAC0, MAC1 = "02:00:00:00:53:01", "02:00:00:00:53:02"
@@ -356,3 +356,120 @@ def test_apply_failure_keeps_installed_set_in_step() -> None:
     rf = ref.target.fib
     b = {bulk_key(t, n): (r.kind, rf.lbs.paths[r.lb]) for (t, n), r in rf.routes.items()}
     assert a == b
+
+
+def _config_routes(rng: random.Random, n: int) -> list[dict]:
+    """Random [[routes]]: mostly one next hop (the bulk path), with ECMP, dev and
+    blackhole routes among them, prefixes given twice, and routes that replace a
+    route of the other kind at the same prefix, both ways round."""
+    hops4 = {0: ["192.0.2.2", "192.0.2.66"], 10: ["198.51.100.2"]}
+    hops6 = {0: ["2001:db8:1::2", "2001:db8:2::2"], 10: []}
+    out: list[dict] = []
+    for _ in range(n):
+        table = rng.choice([0, 0, 0, 10])
+        f = 6 if rng.random() < 0.3 and hops6[table] else 4
+        k = _random_key(rng, f, table)
+        a = k[2] << 64 | k[3]
+        net = (ipaddress.IPv6Network((a, k[4])) if f == 6
+               else ipaddress.IPv4Network((k[3], k[4])))
+        if table == 0 and (net.overlaps(ipaddress.ip_network("192.0.2.0/24"))
+                           or net.overlaps(ipaddress.ip_network("2001:db8::/32"))):
+            continue  # not over the connected subnets (a config may, but not the point)
+        r: dict = {"prefix": str(net)}
+        if table:
+            r["table"] = table
+        hops = hops6[table] if f == 6 else hops4[table]
+        kind = rng.random()
+        if kind < 0.75:
+            r["via"] = rng.choice(hops)
+        elif kind < 0.82 and len(hops) > 1:
+            r["via"] = hops
+            if rng.random() < 0.5:
+                r["weights"] = [rng.randint(1, 4) for _ in hops]
+        elif kind < 0.9:
+            r["dev"] = "port0" if table == 0 else "port2"
+        else:
+            r["blackhole"] = True
+        out.append(r)
+        if rng.random() < 0.1 and out:  # an earlier prefix again, maybe another kind
+            again = dict(rng.choice(out[-3:] if rng.random() < 0.5 else out))  # (recent:
+            # in the same bulk batch, where the last one must win too)
+            again.pop("weights", None)
+            again.pop("blackhole", None)
+            again.pop("dev", None)
+            again["via"] = rng.choice(hops6[again.get("table", 0)] if ":" in again["prefix"]
+                                      else hops4[again.get("table", 0)])
+            if rng.random() < 0.3:
+                del again["via"]
+                again["blackhole"] = True
+            out.append(again)
+    return out
+
+
+def _resolved(fib: Fib) -> dict:
+    """Every route by int key: kind, paths, weights and its buckets' adjacency keys
+    (indices differ with the order things were made; keys do not)."""
+    return {bulk_key(t, net): (r.kind, r.paths, r.weights,
+                               tuple(fib.adjs.keys[a] for a in fib.lbs.paths[r.lb]))
+            for (t, net), r in fib.routes.items()}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_config_routes_in_bulk_equal_one_by_one(seed: int) -> None:
+    """Fib.from_config installs single-next-hop routes in bulk batches: the routes, their
+    load-balances' references and every lookup must be what add_route, route after route
+    in the file's order, makes."""
+    rng = random.Random(seed)
+    cfg = dict(CFG, interfaces=[*CFG["interfaces"], {
+        "name": "port2", "mac": "02:00:00:00:53:03", "addresses": ["198.51.100.1/24"],
+        "table": 10}])
+    routes = _config_routes(rng, 1500)
+    bulk = Fib.from_config(parse_config(dict(cfg, routes=routes)))
+    one = Fib.from_config(parse_config(cfg))
+    for r in parse_config(dict(cfg, routes=routes)).routes:
+        one.add_route(r.prefix, r.via, dev=r.dev, table=r.table, weights=r.weights,
+                      blackhole=r.blackhole)
+    assert len(bulk.routes) == len(one.routes)
+    assert _resolved(bulk) == _resolved(one)
+    live = [{tuple(f.adjs.keys[a] for a in f.lbs.paths[lb]): f.lbs.refs[lb]
+             for lb in range(len(f.lbs.paths)) if f.lbs.paths[lb] is not None}
+            for f in (bulk, one)]  # none left unreferenced: made for a replaced route
+    assert live[0] == live[1]
+    adjs = [{k for k in f.adjs.keys if k is not None} for f in (bulk, one)]
+    assert adjs[0] == adjs[1]
+    for f in (4, 6):
+        bits = 32 if f == 4 else 128
+        for table in (0, 10):
+            for _ in range(2000):
+                a = rng.getrandbits(bits)
+                got = [_fib_lookup(x, f, table, a) for x in (bulk, one)]
+                assert [None if g is None else tuple(x.adjs.keys[i] for i in g)
+                        for g, x in zip(got, (bulk, one), strict=True)][0] == \
+                    [None if g is None else tuple(x.adjs.keys[i] for i in g)
+                     for g, x in zip(got, (bulk, one), strict=True)][1], (f, table, hex(a))
+
+
+def test_config_route_errors_name_their_route() -> None:
+    """A bulk route whose next hop is not on a connected subnet fails the build with its
+    own index, as one added by itself does."""
+    routes = [{"prefix": f"203.0.{i}.0/24", "via": "192.0.2.2"} for i in range(5)]
+    routes.append({"prefix": "203.0.9.0/24", "via": "198.18.0.1"})
+    with pytest.raises(RouteError, match=r"routes\[5\]\.via: next hop 198\.18\.0\.1 is not on"):
+        Fib.from_config(parse_config(dict(CFG, routes=routes)))
+
+
+def test_config_route_replaced_in_its_batch_leaves_nothing_behind() -> None:
+    """The only route through a next hop, replaced by the next line: that next hop's
+    load-balance and adjacency go, as when the routes are added one by one."""
+    routes = [{"prefix": "203.0.113.0/24", "via": "192.0.2.2"},
+              {"prefix": "203.0.113.0/24", "via": "192.0.2.66"}]
+    bulk = Fib.from_config(parse_config(dict(CFG, routes=routes)))
+    one = Fib.from_config(parse_config(CFG))
+    for r in parse_config(dict(CFG, routes=routes)).routes:
+        one.add_route(r.prefix, r.via)
+    assert _resolved(bulk) == _resolved(one)
+    for f in (bulk, one):
+        assert not [lb for lb in range(len(f.lbs.paths))
+                    if f.lbs.paths[lb] is not None and f.lbs.refs[lb] == 0]
+    assert ({k for k in bulk.adjs.keys if k is not None}
+            == {k for k in one.adjs.keys if k is not None})

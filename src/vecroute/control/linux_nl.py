@@ -44,7 +44,7 @@ from numba import njit
 from vecroute.control.neighbors import NeighborTable
 from vecroute.fib.adjacency import MAX_BUCKETS
 from vecroute.fib.fib import Fib, RouteError, address_routes
-from vecroute.fib.route_table import bulk_key
+from vecroute.fib.route_table import bulk_arrays, bulk_key
 
 log = logging.getLogger("vecroute.linux_nl")
 
@@ -1075,7 +1075,7 @@ class KernelSync:
         cur = self._fib.routes.get_bulk(key)
         if cur is not None and cur[0] in KERNEL_KINDS:
             f, table = key[0], key[1]
-            self.removed += self._fib.uninstall_many(f, table, [key], *_arrays(f, [key]))
+            self.removed += self._fib.uninstall_many(f, table, [key], *bulk_arrays(f, [key]))
         self._inst.pop(key, None)
         self._changed()
 
@@ -1165,14 +1165,14 @@ class KernelSync:
                 add_k.append(key)
                 add_p.append(want)
         for (f, table), ks in dels.items():
-            self.removed += fib.uninstall_many(f, table, ks, *_arrays(f, ks))
+            self.removed += fib.uninstall_many(f, table, ks, *bulk_arrays(f, ks))
             for k in ks:
                 del inst[k]
         for (f, table), (ks, pks) in adds.items():
             vals = list(map(pcache[f == 6].__getitem__, pks))
             lbs = np.fromiter(map(_LB, vals), np.int64, len(vals))
             try:
-                fib.install_many(f, table, ks, vals, *_arrays(f, ks), lbs, distinct=True)
+                fib.install_many(f, table, ks, vals, *bulk_arrays(f, ks), lbs, distinct=True)
             except RouteError as e:  # one table too many (nothing of it installed)
                 self._ignore("tables-full", len(ks))
                 log.warning("netlink: %d routes of table %d not mirrored: %s",
@@ -1272,14 +1272,3 @@ PROTECTED = frozenset(("local", "anycast", "connected", "broadcast"))
 
 
 _LB = operator.itemgetter(2)  # the load-balance of a (kind, paths, lb) value
-_HI, _LO, _PLEN = operator.itemgetter(2), operator.itemgetter(3), operator.itemgetter(4)
-
-
-def _arrays(f: int, keys: list[tuple]) -> tuple:
-    """Route keys in Lpm.add_many's array form: (addrs, lengths)."""
-    n = len(keys)
-    lens = np.fromiter(map(_PLEN, keys), np.int64, n)
-    if f == 4:
-        return np.fromiter(map(_LO, keys), np.uint32, n), lens
-    return (np.fromiter(map(_HI, keys), np.uint64, n),
-            np.fromiter(map(_LO, keys), np.uint64, n)), lens

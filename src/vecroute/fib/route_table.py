@@ -18,11 +18,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 
+import numpy as np
+
 from vecroute.control.config import IPAddress, IPNetwork
 
 _M64 = (1 << 64) - 1
 _MISSING = object()
 _LB = itemgetter(2)  # the load-balance of a (kind, paths, lb) value
+_HI, _LO, _PLEN = itemgetter(2), itemgetter(3), itemgetter(4)  # of a bulk key
 
 
 @dataclass
@@ -41,6 +44,16 @@ def bulk_key(table: int, prefix: IPNetwork) -> tuple[int, int, int, int, int]:
     if prefix.version == 4:
         return (4, table, 0, a, prefix.prefixlen)
     return (6, table, a >> 64, a & _M64, prefix.prefixlen)
+
+
+def bulk_arrays(family: int, keys: list[tuple]) -> tuple:
+    """Bulk keys of one family in Lpm.add_many's array form: (addrs, lengths)."""
+    n = len(keys)
+    lens = np.fromiter(map(_PLEN, keys), np.int64, n)
+    if family == 4:
+        return np.fromiter(map(_LO, keys), np.uint32, n), lens
+    return (np.fromiter(map(_HI, keys), np.uint64, n),
+            np.fromiter(map(_LO, keys), np.uint64, n)), lens
 
 
 @contextlib.contextmanager
