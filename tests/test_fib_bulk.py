@@ -192,6 +192,24 @@ def test_route_table_one_by_one_and_bulk_at_one_prefix() -> None:
     assert fib.uninstall_many(4, 0, [key], *_arrays(4, [key])) == 0
 
 
+def test_put_routes_replaces_either_half() -> None:
+    """RouteTable.put_routes (a config's routes gathered): what it replaces is let go,
+    whichever half held it, and the prefix is then in the one-by-one half only."""
+    from vecroute.fib.route_table import Route, RouteTable
+
+    t = RouteTable()
+    a, b = ipaddress.ip_network("198.51.100.0/24"), ipaddress.ip_network("2001:db8:9::/48")
+    ka, kb = bulk_key(0, a), bulk_key(7, b)
+    t.put_many([ka], [("kernel", [], 5)])
+    t[(7, b)] = Route(b, 7, "static", [], None, 6)
+    gone = t.put_routes([(ka, Route(a, 0, "static", [], None, 8)),
+                         (kb, Route(b, 7, "static", [], None, 9))])
+    assert gone == {5: 1, 6: 1}
+    assert t.get((0, a)).lb == 8 and t.get((7, b)).lb == 9 and len(t) == 2
+    assert t.get_bulk(ka) == ("static", [], 8) and t.pop_many([ka]) == {8: 1}
+    assert len(t) == 1 and (0, a) not in t
+
+
 # -- KernelSync's fast path against its full path, from message bytes -----------------------
 
 
@@ -414,19 +432,17 @@ def _resolved(fib: Fib) -> dict:
             for (t, net), r in fib.routes.items()}
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_config_routes_in_bulk_equal_one_by_one(seed: int) -> None:
-    """Fib.from_config installs single-next-hop routes in bulk batches: the routes, their
-    load-balances' references and every lookup must be what add_route, route after route
-    in the file's order, makes."""
-    rng = random.Random(seed)
-    cfg = dict(CFG, interfaces=[*CFG["interfaces"], {
-        "name": "port2", "mac": "02:00:00:00:53:03", "addresses": ["198.51.100.1/24"],
-        "table": 10}])
-    routes = _config_routes(rng, 1500)
-    bulk = Fib.from_config(parse_config(dict(cfg, routes=routes)))
-    one = Fib.from_config(parse_config(cfg))
-    for r in parse_config(dict(cfg, routes=routes)).routes:
+CFG3 = dict(CFG, interfaces=[*CFG["interfaces"], {
+    "name": "port2", "mac": "02:00:00:00:53:03", "addresses": ["198.51.100.1/24"],
+    "table": 10}])
+
+
+def _both_ways(cfg: dict) -> tuple[Fib, Fib]:
+    """``cfg`` built by Fib.from_config, and without its routes, then each route added by
+    add_route in the file's order (what from_config did before it gathered them)."""
+    bulk = Fib.from_config(parse_config(cfg))
+    one = Fib.from_config(parse_config({k: v for k, v in cfg.items() if k != "routes"}))
+    for r in parse_config(cfg).routes:
         one.add_route(r.prefix, r.via, dev=r.dev, table=r.table, weights=r.weights,
                       blackhole=r.blackhole)
     assert len(bulk.routes) == len(one.routes)
@@ -435,8 +451,19 @@ def test_config_routes_in_bulk_equal_one_by_one(seed: int) -> None:
              for lb in range(len(f.lbs.paths)) if f.lbs.paths[lb] is not None}
             for f in (bulk, one)]  # none left unreferenced: made for a replaced route
     assert live[0] == live[1]
-    adjs = [{k for k in f.adjs.keys if k is not None} for f in (bulk, one)]
+    adjs = [{k: f.adjs.refs[i] for i, k in enumerate(f.adjs.keys) if k is not None}
+            for f in (bulk, one)]
     assert adjs[0] == adjs[1]
+    return bulk, one
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_config_routes_in_bulk_equal_one_by_one(seed: int) -> None:
+    """Fib.from_config installs single-next-hop routes in bulk batches: the routes, their
+    load-balances' references and every lookup must be what add_route, route after route
+    in the file's order, makes."""
+    rng = random.Random(seed)
+    bulk, one = _both_ways(dict(CFG3, routes=_config_routes(rng, 1500)))
     for f in (4, 6):
         bits = 32 if f == 4 else 128
         for table in (0, 10):
@@ -463,13 +490,64 @@ def test_config_route_replaced_in_its_batch_leaves_nothing_behind() -> None:
     load-balance and adjacency go, as when the routes are added one by one."""
     routes = [{"prefix": "203.0.113.0/24", "via": "192.0.2.2"},
               {"prefix": "203.0.113.0/24", "via": "192.0.2.66"}]
-    bulk = Fib.from_config(parse_config(dict(CFG, routes=routes)))
-    one = Fib.from_config(parse_config(CFG))
-    for r in parse_config(dict(CFG, routes=routes)).routes:
-        one.add_route(r.prefix, r.via)
-    assert _resolved(bulk) == _resolved(one)
-    for f in (bulk, one):
+    for f in _both_ways(dict(CFG, routes=routes)):
         assert not [lb for lb in range(len(f.lbs.paths))
                     if f.lbs.paths[lb] is not None and f.lbs.refs[lb] == 0]
-    assert ({k for k in bulk.adjs.keys if k is not None}
-            == {k for k in one.adjs.keys if k is not None})
+
+
+P4 = ["10.0.0.0/8", "10.1.0.0/16", "0.0.0.0/0", "192.0.2.0/26", "192.0.2.1/32",
+      "192.0.2.2/32", "192.0.2.63/32", "192.0.2.0/24", "198.51.100.0/24", "198.51.100.1/32"]
+P6 = ["::/0", "2001:db8:1::/64", "2001:db8:1::1/128", "2001:db8:1::/128", "2001:db8:1::2/128",
+      "2001:db8::/32", "3fff::/20"]
+NEIGHBORS = [("192.0.2.2", "port0"), ("192.0.2.66", "port1"), ("2001:db8:1::2", "port0"),
+             ("198.51.100.2", "port2"), ("192.0.2.3", "port0")]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_config_routes_over_own_prefixes_and_neighbours(seed: int) -> None:
+    """Few prefixes, given again and again: the interfaces' own (connected, local,
+    broadcast), neighbours' host routes, defaults; every kind of route; some neighbours
+    configured. (A hold on a next hop's load-balance is what keeps it alive when the
+    routes through it are replaced: without one this built a freed load-balance in.)"""
+    rng = random.Random(seed)
+    hops = {(4, 0): ["192.0.2.2", "192.0.2.66", "192.0.2.3"],
+            (4, 10): ["198.51.100.2", "198.51.100.3"],
+            (6, 0): ["2001:db8:1::2", "2001:db8:2::2"], (6, 10): []}
+    routes = []
+    for _ in range(rng.randint(2, 25)):
+        f, table = rng.choice([4, 4, 6]), rng.choice([0, 0, 10])
+        h = hops[f, table]
+        r: dict = {"prefix": rng.choice(P4 if f == 4 else P6), "table": table}
+        k = rng.random()
+        if k < 0.7 and h:
+            r["via"] = rng.choice(h)
+        elif k < 0.8 and len(h) > 1:
+            r["via"] = rng.sample(h, 2)
+        elif k < 0.9:
+            r["dev"] = "port2" if table else rng.choice(["port0", "port1"])
+        else:
+            r["blackhole"] = True
+        routes.append(r)
+    nbs = [{"ip": ip, "mac": f"02:00:00:00:{i:02x}:01", "interface": itf}
+           for i, (ip, itf) in enumerate(NEIGHBORS) if rng.random() < 0.4]
+    bulk, one = _both_ways(dict(CFG3, routes=routes, neighbors=nbs))
+    for f, addrs in ((4, ["192.0.2.2", "192.0.2.1", "10.1.2.3", "192.0.2.63", "198.51.100.9"]),
+                     (6, ["2001:db8:1::1", "2001:db8:1::2", "2001:db8:1::", "3fff::1"])):
+        for table in (0, 10):
+            for a in addrs:
+                got = [_fib_lookup(x, f, table, int(ipaddress.ip_address(a)))
+                       for x in (bulk, one)]
+                keys = [None if g is None else tuple(x.adjs.keys[i] for i in g)
+                        for g, x in zip(got, (bulk, one), strict=True)]
+                assert keys[0] == keys[1], (f, table, a)
+
+
+def test_a_next_hop_replaced_everywhere_with_an_ecmp_route_between() -> None:
+    """The review's case: the load-balance of 192.0.2.2 is shared with an earlier route,
+    which a later line replaces; it must stay alive for the gathered routes through it."""
+    routes = [{"prefix": "10.0.0.0/8", "via": "192.0.2.2"},
+              {"prefix": "11.0.0.0/8", "via": ["192.0.2.2", "192.0.2.66"]},
+              {"prefix": "12.0.0.0/8", "via": "192.0.2.2"},
+              {"prefix": "12.0.0.0/8", "via": "192.0.2.66"},
+              {"prefix": "10.0.0.0/8", "via": "192.0.2.66"}]
+    _both_ways(dict(CFG, routes=routes))

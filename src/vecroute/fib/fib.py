@@ -10,6 +10,7 @@ when its MAC changes) and add a host route for on-link hosts.
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from vecroute.control.config import Config, ConfigError, IPAddress, IPNetwork, format_mac
 from vecroute.fib.adjacency import MAX_BUCKETS, AdjacencyTable, AdjKey, LoadBalanceTable
 from vecroute.fib.lpm import Lpm
-from vecroute.fib.route_table import Route, RouteTable, bulk_arrays, bulk_key
+from vecroute.fib.route_table import Route, RouteTable, bulk_arrays, bulk_key, no_collection
 from vecroute.graph.state import (
     ADJ_GLEAN,
     ADJ_INCOMPLETE,
@@ -160,64 +161,72 @@ class Fib:
         return fib
 
     def _add_config_routes(self, cfg: Config) -> None:
-        """The config's routes, in order. A route with one next hop and nothing else (all
-        of a full table's) joins a bulk batch per family and table, installed with
-        install_many: one Lpm.add_many, no Route object (one by one, 37 us a route: 33 s
-        for a full table); any other route goes through add_route, after the batches
-        gathered so far, so a later route at a prefix still replaces an earlier one."""
-        batches: dict[tuple[int, int], dict[tuple, tuple]] = {}
-        values: dict[tuple, tuple] = {}  # (next hop, table, family) -> ("static", paths, lb)
-
-        def flush() -> None:
-            for (family, table), routes in batches.items():
-                keys, vals = list(routes), list(routes.values())
-                self.install_many(family, table, keys, vals, *bulk_arrays(family, keys),
-                                  [v[2] for v in vals], distinct=True)
-            batches.clear()
-
-        def release() -> None:  # the load-balance of a next hop whose routes were replaced
-            for v in values.values():
-                if self.lbs.refs[v[2]] == 0:
-                    self.lbs.ref(v[2])
-                    self.lbs.unref(v[2])  # (frees it, and lets its adjacency go)
-            values.clear()
-
-        for n, rt in enumerate(cfg.routes):
+        """The config's routes, in order. Those with one next hop and nothing else (all of
+        a full table's) are gathered per family and table and installed at the end, one
+        Lpm.add_many each (one by one they took 37 us a route: 33 s for a full table);
+        any other route is added as it comes, after taking its prefix out of the gathered
+        ones, so the file's last route at a prefix is the one installed."""
+        batches: dict[tuple[int, int], dict[tuple, tuple]] = {}  # bulk key -> (prefix, ...)
+        values: dict[tuple, tuple] = {}  # (next hop, table, family) -> (path, lb), held
+        with no_collection():  # (a full table's objects: 7.7 s with collections, 4.3 without)
             try:
-                if len(rt.via) == 1 and rt.dev is None and rt.weights is None \
-                        and not rt.blackhole:
-                    family = rt.prefix.version
-                    k = (rt.via[0], rt.table, family)
-                    v = values.get(k)
-                    if v is None:
-                        v = values[k] = self._static_value(*k)
-                    batch = batches.get((family, rt.table))
-                    if batch is None:
-                        batch = batches[(family, rt.table)] = {}
-                    batch[bulk_key(rt.table, rt.prefix)] = v  # the last one at a prefix
-                    continue
-                flush()
-                release()  # (and a route replaced below may free one: none kept across)
-                self.add_route(rt.prefix, rt.via, dev=rt.dev, table=rt.table,
-                               weights=rt.weights, blackhole=rt.blackhole)
-            except RouteError as e:  # with next hops, they are what can be wrong here
-                key = f"routes[{n}].via" if rt.via else f"routes[{n}]"
-                raise RouteError(f"{cfg.path}: {key}: {e}") from None
-        flush()
-        release()
+                for n, rt in enumerate(cfg.routes):
+                    batch = batches.get((rt.prefix.version, rt.table))
+                    bk = bulk_key(rt.table, rt.prefix)
+                    try:
+                        if len(rt.via) == 1 and rt.dev is None and rt.weights is None \
+                                and not rt.blackhole:
+                            k = (rt.via[0], rt.table, rt.prefix.version)
+                            v = values.get(k)
+                            if v is None:
+                                v = values[k] = self._static_path(*k)
+                            if batch is None:
+                                batch = batches[k[2], k[1]] = {}
+                            batch[bk] = (rt.prefix, *v)
+                            continue
+                        if batch is not None:
+                            batch.pop(bk, None)  # this one replaces a gathered route
+                        self.add_route(rt.prefix, rt.via, dev=rt.dev, table=rt.table,
+                                       weights=rt.weights, blackhole=rt.blackhole)
+                    except RouteError as e:  # with next hops, they are what can be wrong here
+                        key = f"routes[{n}].via" if rt.via else f"routes[{n}]"
+                        raise RouteError(f"{cfg.path}: {key}: {e}") from None
+                for (family, table), batch in batches.items():
+                    self._install_static(family, table, batch)
+            finally:
+                for _, lb in values.values():
+                    self.lbs.unref(lb)  # _static_path's hold: an unused one goes now
 
-    def _static_value(self, nh: IPAddress, table: int, family: int) -> tuple:
-        """A bulk route's ``("static", paths, lb)`` through one next hop, checked as
-        add_route checks it (the table made here: install_many must not fail)."""
+    def _static_path(self, nh: IPAddress, table: int, family: int) -> tuple:
+        """(path, load-balance) of a static route through next hop ``nh``, checked as
+        add_route checks it; the load-balance is held (a route replaced meanwhile must not
+        free it under the routes gathered for it): the caller lets it go."""
         if nh.version != family and not (family == 4 and nh.version == 6):
             raise RouteError(f"next hop {nh} is not IPv{family}")
         ifx = self._connected_interface(nh, table)
-        if self.lpm[family].table_index(table) < 0:
+        if self.lpm[family].table_index(table) < 0:  # (an interface of it made it already)
             try:
                 self.lpm[family].table_index(table, create=True)
             except ValueError as e:
                 raise RouteError(str(e)) from None
-        return ("static", [(ifx, nh)], self.lbs.get([self._nh_adjacency(ifx, nh, family)]))
+        lb = self.lbs.get([self._nh_adjacency(ifx, nh, family)])
+        self.lbs.ref(lb)
+        return (ifx, nh), lb
+
+    @_changes
+    def _install_static(self, family: int, table: int, routes: dict[tuple, tuple]) -> None:
+        """Static routes ``bulk key -> (prefix, path, lb)`` of one family and table, as
+        add_route would install them one by one (Route objects, replacing what is at each
+        prefix), with one Lpm.add_many."""
+        keys, vals = list(routes), list(routes.values())
+        lbs = np.fromiter((v[2] for v in vals), np.int64, len(vals))
+        self.lpm[family].add_many(table, *bulk_arrays(family, keys), lbs)
+        gone = self.routes.put_routes([(bk, Route(net, table, "static", [path], None, lb))
+                                       for bk, (net, path, lb) in zip(keys, vals, strict=True)])
+        for lb, k in Counter(lbs.tolist()).items():  # taken first, then let go
+            self.lbs.ref(lb, k)
+        for lb, k in gone.items():
+            self.lbs.unref(lb, k)
 
     def add_interface(self, itf: Interface) -> int:
         ifx = len(self.interfaces)

@@ -1,6 +1,8 @@
 """The FIB's route store: (table, prefix) -> Route, with room for a million mirrored routes.
 
-Routes added one by one (config, addresses, neighbours, SRv6, operator) are Route objects.
+Routes added one by one (addresses, neighbours, SRv6, operator) and a config's routes
+(put in at once by put_routes: the config made their prefix objects already) are Route
+objects.
 Routes added in bulk (the kernel's table mirrored by netlink: a full Internet table) are
 kept as an int key ``(family, table, hi, lo, length)`` -> a ``(kind, paths, lb)`` tuple
 shared by every route with the same paths: one dict store per route, no Route object and
@@ -57,7 +59,7 @@ def bulk_arrays(family: int, keys: list[tuple]) -> tuple:
 
 
 @contextlib.contextmanager
-def _no_collection():
+def no_collection():
     """The cyclic collector paused while many objects are made (each pass would walk the
     whole heap: a full table's worth)."""
     was = gc.isenabled()
@@ -149,7 +151,7 @@ class RouteTable:
         """A snapshot (a list), bulk routes made into Route objects."""
         out = list(self._one.items())
         if self._bulk:
-            with _no_collection():
+            with no_collection():
                 for bk, (kind, paths, lb) in list(self._bulk.items()):
                     net = _network(bk)
                     out.append(((bk[1], net), Route(net, bk[1], kind, paths, None, lb)))
@@ -160,10 +162,30 @@ class RouteTable:
         mirrored full table: a million objects made now, with no collection pass)."""
         out = list(self._one.values())
         if self._bulk:
-            with _no_collection():
+            with no_collection():
                 out += [Route(_network(bk), bk[1], kind, paths, None, lb)
                         for bk, (kind, paths, lb) in list(self._bulk.items())]
         return out
+
+    def put_routes(self, items: list[tuple[tuple, Route]]) -> Counter:
+        """Store ``(bulk key, Route)`` pairs (the key of the route's table and prefix),
+        replacing what is at each prefix in either half; returns the load-balances let
+        go, counted. One hash of each prefix object (Python code): a config's full table
+        comes through here."""
+        gone: Counter = Counter()
+        one, one_keys, bulk = self._one, self._one_keys, self._bulk
+        for bk, r in items:
+            key = (r.table, r.prefix)
+            old = one.setdefault(key, r)
+            if old is not r:
+                gone[old.lb] += 1
+                one[key] = r
+            elif bulk:
+                v = bulk.pop(bk, None)
+                if v is not None:
+                    gone[v[2]] += 1
+            one_keys[bk] = key
+        return gone
 
     # -- bulk -----------------------------------------------------------------------------
 
