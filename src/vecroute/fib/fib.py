@@ -203,12 +203,7 @@ class Fib:
         free it under the routes gathered for it): the caller lets it go."""
         if nh.version != family and not (family == 4 and nh.version == 6):
             raise RouteError(f"next hop {nh} is not IPv{family}")
-        ifx = self._connected_interface(nh, table)
-        if self.lpm[family].table_index(table) < 0:  # (an interface of it made it already)
-            try:
-                self.lpm[family].table_index(table, create=True)
-            except ValueError as e:
-                raise RouteError(str(e)) from None
+        ifx = self._connected_interface(nh, table)  # (whose interface made the table)
         lb = self.lbs.get([self._nh_adjacency(ifx, nh, family)])
         self.lbs.ref(lb)
         return (ifx, nh), lb
