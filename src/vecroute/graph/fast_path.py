@@ -181,7 +181,7 @@ from vecroute.packet.intrinsics import memcpy
 
 
 @njit(cache=True, inline="always")
-def _for_us(buf, o, macs, stride, rx) -> bool:
+def for_us(buf, o, macs, stride, rx) -> bool:
     """Unicast to the receiving port's own MAC (multicast and broadcast take the graph).
     ``macs``: the ports' MACs, flat, ``stride`` bytes a port (``if_mac.shape[1]``);
     compared as a 32- and a 16-bit word (a byte loop with an exit per byte cost ~2 ns a
@@ -192,7 +192,7 @@ def _for_us(buf, o, macs, stride, rx) -> bool:
 
 
 @njit(cache=True, inline="always")
-def _plain4(buf, l3, avail) -> bool:
+def plain4(buf, l3, avail) -> bool:
     """An IPv4 packet ip4-input would route with nothing to note: IHL 5, lengths, header
     checksum (five 32-bit words summed, RFC 1071), no fragment, unicast source and
     destination outside 0/8, 127/8, 169.254/16 and 224/3, TTL above 1."""
@@ -245,7 +245,7 @@ def _unicast6(buf, l3, avail) -> bool:
 
 
 @njit(cache=True, inline="always")
-def _plain6(buf, l3, avail) -> bool:
+def plain6(buf, l3, avail) -> bool:
     """_unicast6 with no extension header at all (an inner packet of a decapsulation)."""
     return _unicast6(buf, l3, avail) and not _ext_header(buf[l3 + 6])
 
@@ -268,7 +268,7 @@ def _srh6(buf, l3, end) -> np.int64:
 
 
 @njit(cache=True, inline="always")
-def _icmp_error_flag(buf, l4, end, proto, ip6) -> int:
+def icmp_error_flag(buf, l4, end, proto, ip6) -> int:
     """F_ICMP_ERROR when the packet is an ICMP error message (as ip4/ip6-input decide)."""
     if ip6:
         if proto == PROTO_ICMPV6 and l4 < end and buf[l4] < 128:
@@ -297,7 +297,7 @@ def _stage(buf, meta, if_stats, pk, i, ln, l4, ulp, fib, six) -> None:
     meta[M_L4, i] = l4
     meta[M_PROTO, i] = ulp
     meta[M_FIB, i] = fib
-    meta[M_FLAGS, i] = (F_IP6 if six else 0) | _icmp_error_flag(buf, l4, l3 + ln, ulp, six)
+    meta[M_FLAGS, i] = (F_IP6 if six else 0) | icmp_error_flag(buf, l4, l3 + ln, ulp, six)
 
 
 @njit(cache=True, inline="always")
@@ -410,9 +410,9 @@ def _plan_localsid(buf, l3, end, l4, ulp, sr_sid, sid):
     want6 = beh == END_DX6 or beh == END_DT6 or beh == END_DT46
     want4 = beh == END_DX4 or beh == END_DT4 or beh == END_DT46
     dx = beh == END_DX4 or beh == END_DX6
-    if ulp == PROTO_IPV6 and want6 and _plain6(buf, l4, end - l4):
+    if ulp == PROTO_IPV6 and want6 and plain6(buf, l4, end - l4):
         return (K_DX if dx else K_DT), l4, SID_ADJ if dx else SID_FIB6, True
-    if ulp == PROTO_IPIP and want4 and _plain4(buf, l4, end - l4):
+    if ulp == PROTO_IPIP and want4 and plain4(buf, l4, end - l4):
         return (K_DX if dx else K_DT), l4, SID_ADJ if dx else SID_FIB4, False
     return -1, 0, 0, False
 
@@ -551,12 +551,12 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
             continue
         o = np.int64(meta[M_OFF, i])
         rx = meta[M_RX, i]
-        if not _for_us(buf, o, macs, mstride, rx):
+        if not for_us(buf, o, macs, mstride, rx):
             continue
         et = rd16(buf, o + 12)
         l3 = o + ETH_HLEN
         if et == ETH_P_IP:
-            if not _plain4(buf, l3, ln - ETH_HLEN):
+            if not plain4(buf, l3, ln - ETH_HLEN):
                 continue
             iplen[nc] = rd16(buf, l3 + 2)
             tab[nc] = ifc[rx, I_FIB4]
@@ -656,7 +656,7 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                 if iplen[c] > ifc[ifx, I_MTU]:
                     ok = False
                 elif ifx == rx:  # back out the way it came: the node would send a redirect?
-                    flags = _icmp_error_flag(buf, l4s[c], end, ulps[c], six)
+                    flags = icmp_error_flag(buf, l4s[c], end, ulps[c], six)
                     if six:
                         ok = not redirect6_wanted_at(buf, l3, ETH_HLEN, rx, flags | F_IP6,
                                                      ifc, adj, if_ip6, a)
@@ -845,7 +845,7 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
             pk[IP6_LOOKUP if six else IP4_LOOKUP] += 1
         l4 = l4s[c]
         proto = ulps[c]
-        flags = (F_IP6 if six else 0) | _icmp_error_flag(buf, l4, l3 + ln, proto, six)
+        flags = (F_IP6 if six else 0) | icmp_error_flag(buf, l4, l3 + ln, proto, six)
         fib = tab[c]
         if kd == K_PLAIN:
             ttl_decrement(buf, l3, six)
@@ -881,7 +881,7 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
             ln = ilen[c]
             l4 = l3 + (IP6_HLEN if six else IP4_HLEN)
             proto = np.int64(buf[l3 + (6 if six else 9)])
-            flags = (F_IP6 if six else 0) | _icmp_error_flag(buf, l4, l3 + ln, proto, six)
+            flags = (F_IP6 if six else 0) | icmp_error_flag(buf, l4, l3 + ln, proto, six)
             ttl_decrement(buf, l3, six)
             if kd == K_DX:
                 lookups += 1

@@ -1,0 +1,292 @@
+"""The floor under plain forwarding: what the least a forwarder can do costs in numba here.
+
+    python -m bench.forwarding_floor [--repeat R] [--packets N] [--cpu C]
+
+bench.forwarding's frames (64-byte IPv4, 78-byte IPv6, random destinations inside random
+prefixes of the full table) and FIB, one compiled call over every frame in vectors of 256
+(the loop the workers and replay run), as a ladder in which each rung adds one piece to a
+forwarder written as one parse loop, the vector lookup and one rewrite loop:
+
+1. *load*: ``load_frames`` alone (the frame copied into its slot, its metadata reset),
+2. *+ lookup*: each destination read from its slot, the vector lookup
+   (``lpm4_lookup_vec_in`` / ``lpm6_lookup_vec_in``, the fused pass's kernels),
+3. *+ rewrite*: the least a router must do with the answer: the load-balance's bucket, the
+   adjacency, TTL - 1 with the RFC 1624 checksum update (hop limit - 1), the precomputed
+   L2 header copied in front, the frame's offset / length / port and the transmit list.
+   No validation, no counter: a forwarder nobody should run, the ceiling of the shape,
+4. *+ checks*: the frame validated as the fused pass does (graph/fast_path.py ``for_us``,
+   ``plain4`` / ``plain6``: destination MAC, lengths, the IPv4 header checksum, martians,
+   TTL), and the adjacency (a resolved rewrite, the port's MTU),
+5. *+ counters, metadata*: the ports' receive and transmit counters and the metadata the
+   graph keeps for a sent packet (L3 / L4 offsets, protocol, table, flags, adjacency,
+   hash, disposition): every piece of the fused pass's work for a plain packet but the
+   redirect check of a packet leaving by its own port, ECMP's hash, ``show runtime``'s
+   counts and the hand-back of the packets it does not take,
+6. *vecroute*: ``bench.forwarding.run_frames``, the fused path as it runs.
+
+Before timing, every rung that sends must send every frame, and rungs 3 and 5 the same
+bytes on the same ports as vecroute (its first vector, ICMP redirects aside): the floor
+does the work it stands for. Interleaved, repeated; ns per packet and Mpps per
+CPU-second, median [min .. max]. Rung 5
+is what a plain packet's work costs in the best shape found; 6 - 5 is the price of the
+pass's generality (docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from bench import forwarding as F
+from bench.common import DEFAULT_TABLE, pin_to_one_cpu
+from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
+from vecroute.graph.fast_path import for_us, icmp_error_flag, plain4, plain6
+from vecroute.graph.node_ids import DONE_TX
+from vecroute.graph.state import (
+    A_IF,
+    A_RWLEN,
+    A_TYPE,
+    ADJ_REWRITE,
+    I_FIB4,
+    I_FIB6,
+    I_MTU,
+    IFS_RX_BYTES,
+    IFS_RX_PKTS,
+    IFS_TX_BYTES,
+    IFS_TX_PKTS,
+    LB_N,
+    LB_START,
+)
+from vecroute.packet.batch import (
+    F_IP6,
+    M_ADJ,
+    M_FIB,
+    M_FLAGS,
+    M_HASH,
+    M_L3,
+    M_L4,
+    M_LEN,
+    M_NEXT,
+    M_OFF,
+    M_PROTO,
+    M_RX,
+    M_TX,
+    MAX_FRAME,
+    load_frames,
+)
+from vecroute.packet.checksum import ttl_decrement
+from vecroute.packet.headers import (
+    ETH_HLEN,
+    ETH_P_IP,
+    ETH_P_IPV6,
+    IP4_HLEN,
+    IP6_HLEN,
+    rd16,
+    rd32,
+    rd64,
+)
+from vecroute.packet.intrinsics import memcpy
+
+VS = 256
+RUNGS = {1: "load", 2: "+ lookup", 3: "+ rewrite (floor)", 4: "+ checks",
+         5: "+ counters, metadata"}
+
+
+def make_ladder(rung: int, six: bool):
+    """Rung ``rung`` (1-5) over every frame of one family, compiled for it alone (``rung``
+    and ``six`` are constants of the closure: the other rungs' branches are not in its
+    code; a kernel taking them as arguments measured 41 instead of 33 ns at rung 3)."""
+
+    @njit(cache=False, _nrt=False)
+    def ladder(data, off, length, ts_ns, rx_if, total, buf, meta, ts, roots, groups, lb, lbb,
+               adj, rwf, rww, ifc, macs, mstride, if_stats, txl, sc, ents, active) -> int:
+        return _ladder(rung, six, data, off, length, ts_ns, rx_if, total, buf, meta, ts,
+                       roots, groups, lb, lbb, adj, rwf, rww, ifc, macs, mstride, if_stats,
+                       txl, sc, ents, active)
+
+    return ladder
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _ladder(rung, six, data, off, length, ts_ns, rx_if, total, buf, meta, ts, roots, groups,
+            lb, lbb, adj, rwf, rww, ifc, macs, mstride, if_stats, txl, sc, ents,
+            active) -> int:
+    """The rungs' one body; returns the packets sent (rungs 3-5), or a sum of what was
+    loaded or looked up, so nothing is optimised away."""
+    slot, l3s, iplen, tab = sc[0], sc[1], sc[2], sc[3]
+    dst4, hi6, lo6, out = (sc[4].view(np.uint32), sc[5].view(np.uint64),
+                           sc[6].view(np.uint64), sc[7].view(np.int32))
+    et_want = ETH_P_IPV6 if six else ETH_P_IP
+    col = I_FIB6 if six else I_FIB4
+    pos = 0
+    res = 0
+    while pos < total:
+        c = min(VS, total - pos)
+        load_frames(buf, meta, ts, data, off, length, ts_ns, rx_if, pos, c)
+        pos += c
+        if rung < 2:
+            res += c
+            continue
+        nc = 0
+        for i in range(c):
+            o = np.int64(meta[M_OFF, i])
+            l3 = o + ETH_HLEN
+            t = 0
+            n = np.int64(meta[M_LEN, i]) - ETH_HLEN
+            if rung >= 4:  # as the fused pass's parse
+                ln = np.int64(meta[M_LEN, i])
+                rx = meta[M_RX, i]
+                if meta[M_FLAGS, i] != 0 or ln > MAX_FRAME or ln < ETH_HLEN + IP4_HLEN:
+                    continue
+                if not for_us(buf, o, macs, mstride, rx) or rd16(buf, o + 12) != et_want:
+                    continue
+                if six:
+                    if not plain6(buf, l3, ln - ETH_HLEN):
+                        continue
+                    n = IP6_HLEN + np.int64(rd16(buf, l3 + 4))
+                else:
+                    if not plain4(buf, l3, ln - ETH_HLEN):
+                        continue
+                    n = np.int64(rd16(buf, l3 + 2))
+                t = ifc[rx, col]
+            slot[nc] = i
+            l3s[nc] = l3
+            iplen[nc] = n
+            tab[nc] = t
+            if six:
+                hi6[nc] = rd64(buf, l3 + 24)
+                lo6[nc] = rd64(buf, l3 + 32)
+            else:
+                dst4[nc] = rd32(buf, l3 + 16)
+            nc += 1
+        if six:
+            lpm6_lookup_vec_in(roots, groups, tab, hi6, lo6, nc, out, ents, active)
+        else:
+            lpm4_lookup_vec_in(roots, groups, tab, dst4, nc, out, ents)
+        if rung < 3:
+            for q in range(nc):
+                res += out[q]
+            continue
+        for q in range(nc):
+            v = out[q]
+            if v < 0 or lb[v, LB_N] != 1:  # every route here has one next hop
+                continue
+            i = slot[q]
+            l3 = l3s[q]
+            a = np.int64(lbb[lb[v, LB_START]])
+            ifx = adj[a, A_IF]
+            if rung >= 4 and (adj[a, A_TYPE] != ADJ_REWRITE or iplen[q] > ifc[ifx, I_MTU]):
+                continue
+            ttl_decrement(buf, l3, six)
+            rw = np.int64(adj[a, A_RWLEN])
+            memcpy(buf, l3 - rw, rwf, a * rww, ETH_HLEN)
+            if rung >= 5:
+                rx = meta[M_RX, i]
+                if_stats[rx, IFS_RX_PKTS] += 1
+                if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
+                if_stats[ifx, IFS_TX_PKTS] += 1
+                if_stats[ifx, IFS_TX_BYTES] += rw + iplen[q]
+                l4 = l3 + (IP6_HLEN if six else IP4_HLEN)
+                proto = np.int64(buf[l3 + (6 if six else 9)])
+                meta[M_L3, i] = l3
+                meta[M_L4, i] = l4
+                meta[M_PROTO, i] = proto
+                meta[M_FIB, i] = tab[q]
+                meta[M_FLAGS, i] = (F_IP6 if six else 0) | icmp_error_flag(
+                    buf, l4, l3 + iplen[q], proto, six)
+                meta[M_ADJ, i] = a
+                meta[M_HASH, i] = 0
+                meta[M_NEXT, i] = DONE_TX
+            meta[M_OFF, i] = l3 - rw
+            meta[M_LEN, i] = rw + iplen[q]
+            meta[M_TX, i] = ifx
+            txl[res % txl.shape[0]] = i
+            res += 1
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--packets", type=int, default=1 << 20, help="frames per family")
+    ap.add_argument("--cpu", type=int, default=None)
+    args = ap.parse_args(argv)
+    from vecroute.warmup import clear_stale_cache
+
+    clear_stale_cache((Path(__file__).parent,))  # these kernels embed the lookups
+    cpu = pin_to_one_cpu(args.cpu)
+    _, tab = F.load_table(DEFAULT_TABLE)
+    rng = np.random.default_rng(F.SEED)
+    frs = {4: F.make_frames4(args.packets, tab, rng), 6: F.make_frames6(args.packets, tab, rng)}
+    fib, _, _, _ = F.build_fib(tab)
+    path = F.VectorPath(fib, VS)
+    b = path.batch
+    frames, frame_n, work, txl, txn, dp, *_ = path.graph.loop_args()
+    sc = np.empty((8, VS), np.int64)
+    ents = np.empty(VS, np.int64)
+    active = np.empty(VS, np.int64)
+    rwf = dp.adj_rw.reshape(-1)
+    rww = np.int64(dp.adj_rw.shape[1])
+    macs, mstride = dp.if_mac.reshape(-1), np.int64(dp.if_mac.shape[1])
+
+    def rung_call(rung: int, fam: int, fr: F.Frames):
+        kernel = make_ladder(rung, fam == 6)
+        roots, groups = ((dp.fib6_roots, dp.fib6_groups) if fam == 6
+                         else (dp.fib4_roots, dp.fib4_groups))
+
+        def go() -> int:
+            return kernel(fr.data, fr.off, fr.length, fr.ts, fr.rx, fr.n,
+                           b.buf, b.meta, b.ts, roots, groups, dp.lb, dp.lb_buckets, dp.adj,
+                           rwf, rww, dp.ifc, macs, mstride, dp.if_stats, txl, sc,
+                           ents.view(np.uint32), active)
+        return go
+
+    def vecroute_call(fam: int):
+        fr = frs[fam]
+
+        def go() -> int:
+            path.run_compiled(fr)
+            return path.last_sent
+        return go
+
+    calls = {}
+    for fam in (4, 6):
+        for rung, nm in RUNGS.items():
+            calls[f"IPv{fam} {nm}"] = rung_call(rung, fam, frs[fam])
+        calls[f"IPv{fam} vecroute (fused path)"] = vecroute_call(fam)
+    sent = {nm: go() for nm, go in calls.items()}  # compiles
+    for nm, n in sent.items():  # every rung that sends sends every frame, as vecroute does
+        fam = int(nm[3])  # (vecroute also sends a few redirects: their bucket's burst)
+        if "load" not in nm and "lookup" not in nm and not (
+                frs[fam].n <= n <= frs[fam].n + 64 if "vecroute" in nm else n == frs[fam].n):
+            raise SystemExit(f"{nm}: sent {n} of {frs[fam].n}: the frames do not all forward")
+    for fam in (4, 6):  # and the same bytes on the same ports as vecroute (first vector)
+        fr = frs[fam]
+        one = F.Frames(fr.data, fr.off[:VS], fr.length[:VS], fr.ts[:VS], fr.rx[:VS])
+        ours = sorted(path.first_batch_output(one))
+        for rung in (3, 5):
+            rung_call(rung, fam, one)()
+            floor = sorted((int(b.meta[M_TX, i]), b.frame(i)) for i in range(VS))
+            if floor != ours:
+                raise SystemExit(f"IPv{fam} rung {rung}: not the frames vecroute sends")
+    samples: dict[str, list[float]] = {nm: [] for nm in calls}
+    for _ in range(args.repeat):
+        for nm, go in calls.items():
+            t = time.process_time()
+            go()
+            samples[nm].append((time.process_time() - t) / frs[int(nm[3])].n * 1e9)
+    print(f"forwarding floor, vector {VS}, {args.packets} frames per family, pinned to CPU "
+          f"{cpu}, {args.repeat} rounds, per CPU-second")
+    for nm, v in samples.items():
+        a = np.array(v)
+        med = float(np.median(a))
+        print(f"{nm:32s} {med:6.1f} ns [{a.min():.1f} .. {a.max():.1f}]  "
+              f"{1e3 / med:6.2f} Mpps")
+
+
+if __name__ == "__main__":
+    main()
