@@ -101,7 +101,7 @@ from vecroute.packet.headers import (
 from vecroute.packet.intrinsics import memcpy
 
 VS = 256
-RUNGS = {1: "load", 2: "+ lookup", 3: "+ rewrite (floor)", 4: "+ checks", 5: "+ counters",
+RUNGS = {1: "load", 2: "+ lookup", 3: "+ rewrite", 4: "+ checks", 5: "+ counters",
          6: "+ metadata"}
 META = (M_OFF, M_LEN, M_TX, M_L3, M_L4, M_PROTO, M_FIB, M_FLAGS, M_ADJ, M_HASH, M_NEXT)
 
