@@ -35,7 +35,8 @@ emptied first, so vecroute builds no redirect): the floor does the work it stand
 Interleaved, repeated; ns per packet and Mpps per CPU-second, median [min .. max]. Rungs
 3 to 6 are what a plain packet's work costs in this design (frames copied into slots,
 the graph's metadata kept) written as one forwarder; 7 - 6 is the price of the pass's
-generality (docs/BENCHMARKS.md).
+generality (docs/BENCHMARKS.md). ``bench.srv6_floor`` runs the same rungs with H.Encaps
+(``make_ladder(rung, True, encap=True)``) on the SRv6 benchmark's frames.
 """
 
 from __future__ import annotations
@@ -52,12 +53,18 @@ from bench import forwarding as F
 from bench.common import DEFAULT_TABLE, pin_to_one_cpu
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
 from vecroute.graph.fast_path import for_us, icmp_error_flag, plain4, plain6
+from vecroute.graph.flow_hash import flow_hash6_at
 from vecroute.graph.node_ids import DONE_TX
+from vecroute.graph.srv6_encap import first_hop_miss, write_outer
 from vecroute.graph.state import (
     A_IF,
     A_RWLEN,
+    A_SR_LIST,
     A_TYPE,
     ADJ_REWRITE,
+    ADJ_SRV6_ENCAP,
+    CACHE_ADJ,
+    CACHE_GEN,
     I_FIB4,
     I_FIB6,
     I_MTU,
@@ -67,11 +74,16 @@ from vecroute.graph.state import (
     IFS_TX_PKTS,
     LB_N,
     LB_START,
+    LIST_HDRLEN,
+    OPT_FIB_GEN,
     TB_CREDIT,
     TB_LAST,
 )
 from vecroute.packet.batch import (
+    F_FW_SKIP,
+    F_HLIM_DONE,
     F_IP6,
+    L2_ROOM,
     M_ADJ,
     M_FIB,
     M_FLAGS,
@@ -85,6 +97,7 @@ from vecroute.packet.batch import (
     M_RX,
     M_TX,
     MAX_FRAME,
+    SLOT,
     load_frames,
 )
 from vecroute.packet.checksum import ttl_decrement
@@ -107,28 +120,38 @@ META = (M_OFF, M_LEN, M_TX, M_L3, M_L4, M_PROTO, M_FIB, M_FLAGS, M_ADJ, M_HASH, 
 
 
 @functools.cache
-def make_ladder(rung: int, six: bool):
-    """Rung ``rung`` (1-6) over every frame of one family, compiled for it alone (``rung``
-    and ``six`` are constants of the closure: the other rungs' branches are not in its
-    code; one kernel taking them as arguments measured 41.4 instead of 37.7 ns at rung
-    3)."""
+def make_ladder(rung: int, six: bool, encap: bool = False):
+    """Rung ``rung`` (1-6) over every frame of one family, compiled for it alone (``rung``,
+    ``six`` and ``encap`` are constants of the closure: the other rungs' branches are not
+    in its code; one kernel taking them as arguments measured 41.4 instead of 37.7 ns at
+    rung 3). With ``encap`` (rungs 3-6, IPv6 frames steered into an SR policy), every
+    packet is sent H.Encaps'ed as the fused pass sends it (bench/srv6_floor.py)."""
 
     @njit(cache=False, _nrt=False)
     def ladder(data, off, length, ts_ns, rx_if, total, buf, meta, ts, roots, groups, lb, lbb,
-               adj, rwf, rww, ifc, macs, mstride, if_stats, txl, sc, ents, active) -> int:
-        return _ladder(rung, six, data, off, length, ts_ns, rx_if, total, buf, meta, ts,
-                       roots, groups, lb, lbb, adj, rwf, rww, ifc, macs, mstride, if_stats,
-                       txl, sc, ents, active)
+               adj, rwf, rww, ifc, macs, mstride, if_stats, txl, sc, ents, active,
+               srv6) -> int:
+        return _ladder(rung, six, encap, data, off, length, ts_ns, rx_if, total, buf, meta,
+                       ts, roots, groups, lb, lbb, adj, rwf, rww, ifc, macs, mstride,
+                       if_stats, txl, sc, ents, active, srv6)
 
     return ladder
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _ladder(rung, six, data, off, length, ts_ns, rx_if, total, buf, meta, ts, roots, groups,
-            lb, lbb, adj, rwf, rww, ifc, macs, mstride, if_stats, txl, sc, ents,
-            active) -> int:
+def _ladder(rung, six, encap, data, off, length, ts_ns, rx_if, total, buf, meta, ts, roots,
+            groups, lb, lbb, adj, rwf, rww, ifc, macs, mstride, if_stats, txl, sc, ents,
+            active, srv6) -> int:
     """The rungs' one body; returns the packets sent (rungs 3-6), or a sum of what was
-    loaded or looked up, so nothing is optimised away."""
+    loaded or looked up, so nothing is optimised away. H.Encaps (``encap``) takes what
+    the fused pass needs for a policy with one segment list whose first hop has one
+    adjacency (bench.srv6's): the list from the adjacency, the flow hash (the outer flow
+    label), the list's first-hop cache checked against the FIB's generation, the
+    headroom, the encapsulated size against the first hop's MTU, then the inner hop limit
+    and ``write_outer``. ``srv6`` is (sr_list, sr_hdr, sr_cache, the FIB's generation):
+    a call of 30 arguments or more is one Python cannot make without ``*args``, which
+    numba does not inline."""
+    sr_list, sr_hdr, sr_cache, gen = srv6
     slot, l3s, iplen, tab = sc[0], sc[1], sc[2], sc[3]
     dst4, hi6, lo6, out = (sc[4].view(np.uint32), sc[5].view(np.uint64),
                            sc[6].view(np.uint64), sc[7].view(np.int32))
@@ -191,10 +214,30 @@ def _ladder(rung, six, data, off, length, ts_ns, rx_if, total, buf, meta, ts, ro
             i = slot[q]
             l3 = l3s[q]
             a = np.int64(lbb[lb[v, LB_START]])
+            ln = iplen[q]
+            h = np.uint32(0)
+            proto = np.int64(buf[l3 + (6 if six else 9)])
+            l4 = l3 + (IP6_HLEN if six else IP4_HLEN)
+            if encap:
+                lst = np.int64(adj[a, A_SR_LIST])
+                if rung >= 4 and (adj[a, A_TYPE] != ADJ_SRV6_ENCAP or lst < 0):
+                    continue
+                h = flow_hash6_at(buf, l3, l4, l3 + ln, proto, 0)
+                if sr_cache[lst, CACHE_GEN] != gen:
+                    first_hop_miss(roots, groups, lb, lbb, sr_list, sr_hdr, sr_cache, lst,
+                                   gen)
+                hl = np.int64(sr_list[lst, LIST_HDRLEN])
+                a = sr_cache[lst, CACHE_ADJ]
+                if rung >= 4 and (a < 0 or l3 - hl - L2_ROOM < i * SLOT):
+                    continue
+                ln += hl
             ifx = adj[a, A_IF]
-            if rung >= 4 and (adj[a, A_TYPE] != ADJ_REWRITE or iplen[q] > ifc[ifx, I_MTU]):
+            if rung >= 4 and (adj[a, A_TYPE] != ADJ_REWRITE or ln > ifc[ifx, I_MTU]):
                 continue
             ttl_decrement(buf, l3, six)
+            if encap:
+                l3, proto = write_outer(buf, l3, six, iplen[q], h, sr_hdr, sr_list, lst)
+                l4 = l3 + IP6_HLEN
             rw = np.int64(adj[a, A_RWLEN])
             if rw == ETH_HLEN:  # as the fused pass: a constant size is an inlined copy
                 memcpy(buf, l3 - rw, rwf, a * rww, ETH_HLEN)
@@ -205,21 +248,22 @@ def _ladder(rung, six, data, off, length, ts_ns, rx_if, total, buf, meta, ts, ro
                 if_stats[rx, IFS_RX_PKTS] += 1
                 if_stats[rx, IFS_RX_BYTES] += meta[M_LEN, i]
                 if_stats[ifx, IFS_TX_PKTS] += 1
-                if_stats[ifx, IFS_TX_BYTES] += rw + iplen[q]
+                if_stats[ifx, IFS_TX_BYTES] += rw + ln
             if rung >= 6:
-                l4 = l3 + (IP6_HLEN if six else IP4_HLEN)
-                proto = np.int64(buf[l3 + (6 if six else 9)])
                 meta[M_L3, i] = l3
                 meta[M_L4, i] = l4
                 meta[M_PROTO, i] = proto
                 meta[M_FIB, i] = tab[q]
-                meta[M_FLAGS, i] = (F_IP6 if six else 0) | icmp_error_flag(
-                    buf, l4, l3 + iplen[q], proto, six)
+                if encap:
+                    meta[M_FLAGS, i] = F_IP6 | F_HLIM_DONE | F_FW_SKIP
+                else:
+                    meta[M_FLAGS, i] = (F_IP6 if six else 0) | icmp_error_flag(
+                        buf, l4, l3 + ln, proto, six)
                 meta[M_ADJ, i] = a
-                meta[M_HASH, i] = 0
+                meta[M_HASH, i] = np.int32(h)
                 meta[M_NEXT, i] = DONE_TX
             meta[M_OFF, i] = l3 - rw
-            meta[M_LEN, i] = rw + iplen[q]
+            meta[M_LEN, i] = rw + ln
             meta[M_TX, i] = ifx
             txl[tx] = i
             tx += 1
@@ -227,12 +271,41 @@ def _ladder(rung, six, data, off, length, ts_ns, rx_if, total, buf, meta, ts, ro
     return res
 
 
-def check_against_vecroute(fam: int, fr: F.Frames, path: F.VectorPath, rung_call) -> None:
-    """Rungs 3-6 on four vectors spread over the frames against vecroute's ``Graph.run``
-    on the same: the same bytes on the same ports (3-6), the same port counters (5, 6),
-    the same metadata of every sent packet (6). The ICMP bucket is emptied first, so that
-    vecroute builds no redirect and every packet maps to its slot one to one. Exits with
-    a message on the first difference."""
+class Ladder:
+    """The rungs' calls over one graph's state and batch (its FIB, ports, slots)."""
+
+    def __init__(self, graph, batch) -> None:
+        self.batch = batch
+        _, _, _, self.txl, _, self.dp, *_ = graph.loop_args()
+        self.sc = np.empty((8, VS), np.int64)
+        self.ents = np.empty(VS, np.int64)
+        self.active = np.empty(VS, np.int64)
+
+    def call(self, rung: int, six: bool, fr, encap: bool = False):
+        """A function running rung ``rung`` over every frame of fr (data, off, length, ts,
+        rx, n) once: the packets sent (rungs 3-6)."""
+        kernel = make_ladder(rung, six, encap)
+        dp, b = self.dp, self.batch
+        roots, groups = ((dp.fib6_roots, dp.fib6_groups) if six
+                         else (dp.fib4_roots, dp.fib4_groups))
+        args = (b.buf, b.meta, b.ts, roots, groups, dp.lb, dp.lb_buckets, dp.adj,
+                dp.adj_rw.reshape(-1), np.int64(dp.adj_rw.shape[1]), dp.ifc,
+                dp.if_mac.reshape(-1), np.int64(dp.if_mac.shape[1]), dp.if_stats, self.txl,
+                self.sc, self.ents.view(np.uint32), self.active,
+                (dp.sr_list, dp.sr_hdr, dp.sr_cache, np.int64(dp.opts[OPT_FIB_GEN])))
+
+        def go() -> int:
+            return kernel(fr.data, fr.off, fr.length, fr.ts, fr.rx, fr.n, *args)
+        return go
+
+
+def check_against_vecroute(label: str, fr, path, rung_call) -> None:
+    """Rungs 3-6 (``rung_call(rung, frames)``) on four vectors spread over the frames
+    against vecroute's ``Graph.run`` on the same (``path``: its graph, batch and state):
+    the same bytes on the same ports (3-6), the same port counters (5, 6), the same
+    metadata of every sent packet (6). The ICMP bucket is emptied first, so that vecroute
+    builds no redirect and every packet maps to its slot one to one. Exits with a message
+    on the first difference."""
     b, st = path.batch, path.state
     cols = [IFS_RX_PKTS, IFS_RX_BYTES, IFS_TX_PKTS, IFS_TX_BYTES]
     for start in (0, fr.n // 4 // VS * VS, fr.n // 2 // VS * VS, 3 * fr.n // 4 // VS * VS):
@@ -248,19 +321,19 @@ def check_against_vecroute(fam: int, fr: F.Frames, path: F.VectorPath, rung_call
         ours = {int(i): (int(b.meta[M_TX, i]), b.frame(int(i)), b.meta[list(META), i].copy())
                 for i in sent}
         if sorted(ours) != list(range(VS)):
-            raise SystemExit(f"IPv{fam}: vecroute did not send each packet of the vector once")
+            raise SystemExit(f"{label}: vecroute did not send each packet of the vector once")
         for rung in (3, 4, 5, 6):
             s0 = st.if_stats[:, cols].copy()
-            rung_call(rung, fam, one)()
+            rung_call(rung, one)()
             for i in range(VS):
                 tx, frame, meta = ours[i]
                 if (int(b.meta[M_TX, i]), b.frame(i)) != (tx, frame):
-                    raise SystemExit(f"IPv{fam} rung {rung}: slot {i} is not the frame "
+                    raise SystemExit(f"{label} rung {rung}: slot {i} is not the frame "
                                      "vecroute sends")
                 if rung >= 6 and not np.array_equal(b.meta[list(META), i], meta):
-                    raise SystemExit(f"IPv{fam} rung {rung}: slot {i}'s metadata differs")
+                    raise SystemExit(f"{label} rung {rung}: slot {i}'s metadata differs")
             if rung >= 5 and not np.array_equal(st.if_stats[:, cols] - s0, counted):
-                raise SystemExit(f"IPv{fam} rung {rung}: port counters differ from vecroute's")
+                raise SystemExit(f"{label} rung {rung}: port counters differ from vecroute's")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -279,25 +352,10 @@ def main(argv: list[str] | None = None) -> None:
     fib, _, _, _ = F.build_fib(tab)
     path = F.VectorPath(fib, VS)
     b = path.batch
-    frames, frame_n, work, txl, txn, dp, *_ = path.graph.loop_args()
-    sc = np.empty((8, VS), np.int64)
-    ents = np.empty(VS, np.int64)
-    active = np.empty(VS, np.int64)
-    rwf = dp.adj_rw.reshape(-1)
-    rww = np.int64(dp.adj_rw.shape[1])
-    macs, mstride = dp.if_mac.reshape(-1), np.int64(dp.if_mac.shape[1])
+    rungs = Ladder(path.graph, b)
 
     def rung_call(rung: int, fam: int, fr: F.Frames):
-        kernel = make_ladder(rung, fam == 6)
-        roots, groups = ((dp.fib6_roots, dp.fib6_groups) if fam == 6
-                         else (dp.fib4_roots, dp.fib4_groups))
-
-        def go() -> int:
-            return kernel(fr.data, fr.off, fr.length, fr.ts, fr.rx, fr.n,
-                           b.buf, b.meta, b.ts, roots, groups, dp.lb, dp.lb_buckets, dp.adj,
-                           rwf, rww, dp.ifc, macs, mstride, dp.if_stats, txl, sc,
-                           ents.view(np.uint32), active)
-        return go
+        return rungs.call(rung, fam == 6, fr)
 
     def vecroute_call(fam: int):
         fr = frs[fam]
@@ -319,7 +377,8 @@ def main(argv: list[str] | None = None) -> None:
                 frs[fam].n <= n <= frs[fam].n + 64 if "vecroute" in nm else n == frs[fam].n):
             raise SystemExit(f"{nm}: sent {n} of {frs[fam].n}: the frames do not all forward")
     for fam in (4, 6):
-        check_against_vecroute(fam, frs[fam], path, rung_call)
+        check_against_vecroute(f"IPv{fam}", frs[fam], path,
+                               lambda rung, one, fam=fam: rung_call(rung, fam, one))
     samples: dict[str, list[float]] = {nm: [] for nm in calls}
     for _ in range(args.repeat):
         for nm, go in calls.items():

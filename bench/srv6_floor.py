@@ -15,6 +15,15 @@ the two-segment list, then length, hop limit, traffic class, flow label).
 Interleaved, repeated; ns per lookup (or packet), median [min .. max]. End needs the SID's lookup
 and the next segment's; End.DX6 the SID's; plain forwarding one /48: the difference is a
 floor no fusion removes (docs/BENCHMARKS.md, "SRv6 on the fused path").
+
+Then H.Encaps as a whole over the bare forwarder of ``bench.forwarding_floor`` (its rungs
+3, the forwarder that checks nothing, and 6, the checks, counters and metadata vecroute
+keeps), on the benchmark's plain IPv6 and two-segment H.Encaps frames in the batch's own
+slots (the outer header lands in the lines before the packet, as it does in vecroute),
+next to vecroute's ``Graph.run`` on the same frames. Rung 6's H.Encaps sends the bytes,
+counts and metadata vecroute does (checked on four vectors). The least H.Encaps adds to
+a plain packet, rung 6's difference, bounds the ratio vecroute can reach against its own
+plain IPv6: plain / (plain + that difference).
 """
 
 from __future__ import annotations
@@ -96,6 +105,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=20000, help="vector lookups per sample")
+    ap.add_argument("--packets", type=int, default=X.PACKETS,
+                    help="frames per sample of the H.Encaps floor")
     args = ap.parse_args()
     from vecroute.warmup import clear_stale_cache
 
@@ -131,6 +142,53 @@ def main() -> None:
     for name, v in samples.items():
         a = np.array(v)
         print(f"{name:28s} {np.median(a):6.1f} ns [{a.min():.1f} .. {a.max():.1f}]")
+    _encap_floor(X.Path(), args.packets, args.repeat)
+
+
+ENCAP_KINDS = {"plain IPv6": "ip6-fwd", "H.Encaps 2 SIDs": "encaps2-v6"}
+
+
+def _encap_floor(path: X.Path, packets: int, repeat: int) -> None:
+    """H.Encaps against plain IPv6 over the bare forwarder and in vecroute (module doc)."""
+    from bench.forwarding import Frames
+    from bench.forwarding_floor import Ladder, check_against_vecroute
+
+    rungs = Ladder(path.graph, path.batch)
+    calls = {}
+    for label, kind in ENCAP_KINDS.items():
+        fr = X.Frames.of(kind, 78, packets)
+        encap = kind != "ip6-fwd"
+        check_against_vecroute(label, Frames(fr.data, fr.off, fr.length, fr.ts, fr.rx), path,
+                               lambda rung, one, encap=encap: rungs.call(rung, True, one,
+                                                                         encap))
+        for rung in (3, 6):
+            calls[(label, f"rung {rung}")] = rungs.call(rung, True, fr, encap)
+        calls[(label, "vecroute")] = lambda fr=fr: path.run(fr)
+    for key, go in calls.items():  # compile, and every frame sent
+        sent = go()
+        if key[1] != "vecroute" and sent != packets:
+            raise SystemExit(f"{key}: sent {sent} of {packets}")
+    samples: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
+    for _ in range(repeat):
+        for key, go in calls.items():
+            t = time.process_time()
+            go()
+            samples[key].append((time.process_time() - t) / packets * 1e9)
+    med = {key: float(np.median(v)) for key, v in samples.items()}
+    print(f"\nH.Encaps over the bare forwarder, 78-byte frames, {packets} a sample, "
+          "ns a packet per CPU-second, median [min .. max]")
+    print(f"{'':22s}" + "".join(f"{c:>24s}" for c in ("rung 3", "rung 6", "vecroute")))
+    for label in ENCAP_KINDS:
+        print(f"{label:22s}" + "".join(
+            f"{med[(label, c)]:8.1f} [{min(samples[(label, c)]):.1f} .. "
+            f"{max(samples[(label, c)]):.1f}]".rjust(24) for c in ("rung 3", "rung 6", "vecroute")))
+    plain, enc = ENCAP_KINDS
+    extra = {c: med[(enc, c)] - med[(plain, c)] for c in ("rung 3", "rung 6", "vecroute")}
+    print(f"{'H.Encaps - plain':22s}" + "".join(f"{extra[c]:24.1f}" for c in extra))
+    base = med[(plain, "vecroute")]
+    print(f"vecroute's H.Encaps: {base / med[(enc, 'vecroute')]:.1%} of its plain IPv6; "
+          f"the most it can be with rung 6's difference: {base / (base + extra['rung 6']):.1%}"
+          f" (rung 3's: {base / (base + extra['rung 3']):.1%})")
 
 
 if __name__ == "__main__":
