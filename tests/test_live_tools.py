@@ -149,16 +149,22 @@ def test_pcap_drop_records_the_reason(topo):
 
 
 def test_pcap_requests_are_checked(topo):
+    # a file of its own that exists (under pytest -n, this module's tests share a worker's
+    # router only: another test's capture may not have been written here)
+    topo.capdir.mkdir(parents=True, exist_ok=True)
+    kept = topo.capdir / "kept.pcapng"
+    kept.write_bytes(b"not replaced")
     for bad in (["pcap", "start", "nope0", "rx", "x.pcapng"],
                 ["pcap", "start", "any", "rx", "../escape"],
                 ["pcap", "start", "any", "rx", "a/b"],
-                ["pcap", "start", "any", "rx", "rx.pcapng"],  # exists: never replaced
+                ["pcap", "start", "any", "rx", "kept.pcapng"],  # exists: never replaced
                 ["pcap", "start", "any", "rx", "y.pcapng", "count", "0"],
                 ["pcap", "start", "any", "rx", "y.pcapng", "snaplen", "99999"],
                 ["pcap", "stop"]):
         r = topo.ctl(*bad)
         assert not r["ok"] and "\n" not in r["error"], (bad, r)
     assert not (topo.capdir.parent / "escape").exists()
+    assert kept.read_bytes() == b"not replaced"
     # a second capture while one runs is refused; the size limit ends a capture
     ok(topo, "pcap", "start", "any", "rx", "big.pcapng", "count", "100000")
     r = topo.ctl("pcap", "start", "any", "rx", "z.pcapng")
