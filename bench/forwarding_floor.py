@@ -36,7 +36,7 @@ Interleaved, repeated; ns per packet and Mpps per CPU-second, median [min .. max
 3 to 6 are what a plain packet's work costs in this design (frames copied into slots,
 the graph's metadata kept) written as one forwarder; 7 - 6 is the price of the pass's
 generality (docs/BENCHMARKS.md). ``bench.srv6_floor`` runs the same rungs with H.Encaps
-(``make_ladder(rung, True, encap=True)``) on the SRv6 benchmark's frames.
+(``make_ladder(rung, True, True)``) on the SRv6 benchmark's frames.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from vecroute.graph.state import (
     ADJ_SRV6_ENCAP,
     CACHE_ADJ,
     CACHE_GEN,
+    CACHE_LB,
     I_FIB4,
     I_FIB6,
     I_MTU,
@@ -116,6 +117,7 @@ from vecroute.packet.intrinsics import memcpy
 VS = 256
 RUNGS = {1: "load", 2: "+ lookup", 3: "+ rewrite", 4: "+ checks", 5: "+ counters",
          6: "+ metadata"}
+POISON = 0xEE
 META = (M_OFF, M_LEN, M_TX, M_L3, M_L4, M_PROTO, M_FIB, M_FLAGS, M_ADJ, M_HASH, M_NEXT)
 
 
@@ -148,10 +150,12 @@ def _ladder(rung, six, encap, data, off, length, ts_ns, rx_if, total, buf, meta,
     adjacency (bench.srv6's): the list from the adjacency, the flow hash (the outer flow
     label), the list's first-hop cache checked against the FIB's generation, the
     headroom, the encapsulated size against the first hop's MTU, then the inner hop limit
-    and ``write_outer``. ``srv6`` is (sr_list, sr_hdr, sr_cache, the FIB's generation):
+    and ``write_outer``. It keeps no ``show runtime`` or SRv6 counts: no rung does (7 - 6
+    includes them). ``srv6`` is (sr_list, sr_hdr, sr_cache, the state's options):
     a call of 30 arguments or more is one Python cannot make without ``*args``, which
     numba does not inline."""
-    sr_list, sr_hdr, sr_cache, gen = srv6
+    sr_list, sr_hdr, sr_cache, opts = srv6
+    gen = opts[OPT_FIB_GEN]  # read once a call (the pass reads it once a batch)
     slot, l3s, iplen, tab = sc[0], sc[1], sc[2], sc[3]
     dst4, hi6, lo6, out = (sc[4].view(np.uint32), sc[5].view(np.uint64),
                            sc[6].view(np.uint64), sc[7].view(np.int32))
@@ -228,7 +232,10 @@ def _ladder(rung, six, encap, data, off, length, ts_ns, rx_if, total, buf, meta,
                                    gen)
                 hl = np.int64(sr_list[lst, LIST_HDRLEN])
                 a = sr_cache[lst, CACHE_ADJ]
-                if rung >= 4 and (a < 0 or l3 - hl - L2_ROOM < i * SLOT):
+                # (not the pass's bound check of a: that one compare costs 2.6 ns here, and
+                # nothing in the pass; a plain packet's adjacency is not bound-checked either)
+                if rung >= 4 and (sr_cache[lst, CACHE_LB] < 0 or a < 0
+                                  or l3 - hl - L2_ROOM < i * SLOT):
                     continue
                 ln += hl
             ifx = adj[a, A_IF]
@@ -292,7 +299,7 @@ class Ladder:
                 dp.adj_rw.reshape(-1), np.int64(dp.adj_rw.shape[1]), dp.ifc,
                 dp.if_mac.reshape(-1), np.int64(dp.if_mac.shape[1]), dp.if_stats, self.txl,
                 self.sc, self.ents.view(np.uint32), self.active,
-                (dp.sr_list, dp.sr_hdr, dp.sr_cache, np.int64(dp.opts[OPT_FIB_GEN])))
+                (dp.sr_list, dp.sr_hdr, dp.sr_cache, dp.opts))
 
         def go() -> int:
             return kernel(fr.data, fr.off, fr.length, fr.ts, fr.rx, fr.n, *args)
@@ -304,8 +311,10 @@ def check_against_vecroute(label: str, fr, path, rung_call) -> None:
     against vecroute's ``Graph.run`` on the same (``path``: its graph, batch and state):
     the same bytes on the same ports (3-6), the same port counters (5, 6), the same
     metadata of every sent packet (6). The ICMP bucket is emptied first, so that vecroute
-    builds no redirect and every packet maps to its slot one to one. Exits with a message
-    on the first difference."""
+    builds no redirect and every packet maps to its slot one to one. Every run starts
+    from slots filled with 0xEE, headroom included: what a run leaves unwritten in front
+    of a packet cannot pass for what the run before it wrote. Exits with a message on the
+    first difference."""
     b, st = path.batch, path.state
     cols = [IFS_RX_PKTS, IFS_RX_BYTES, IFS_TX_PKTS, IFS_TX_BYTES]
     for start in (0, fr.n // 4 // VS * VS, fr.n // 2 // VS * VS, 3 * fr.n // 4 // VS * VS):
@@ -315,6 +324,7 @@ def check_against_vecroute(label: str, fr, path, rung_call) -> None:
         st.icmp_tb[TB_CREDIT] = 0
         st.icmp_tb[TB_LAST] = F.NOW_NS
         s0 = st.if_stats[:, cols].copy()
+        b.buf[: VS * SLOT] = POISON
         b.load(one.data, one.off, one.length, one.ts, one.rx, 0, VS)
         sent = path.graph.run(b, F.NOW_NS)
         counted = st.if_stats[:, cols] - s0
@@ -324,6 +334,7 @@ def check_against_vecroute(label: str, fr, path, rung_call) -> None:
             raise SystemExit(f"{label}: vecroute did not send each packet of the vector once")
         for rung in (3, 4, 5, 6):
             s0 = st.if_stats[:, cols].copy()
+            b.buf[: VS * SLOT] = POISON
             rung_call(rung, one)()
             for i in range(VS):
                 tx, frame, meta = ours[i]

@@ -1,6 +1,6 @@
 """The floors under SRv6 End and End.DX6: what their FIB lookups cost alone.
 
-    python -m bench.srv6_floor [--repeat R] [--rounds N]
+    python -m bench.srv6_floor [--repeat R] [--rounds N] [--packets P]
 
 On the SRv6 benchmark's own FIB (bench/experiments/srv6.py), the bare vector lookup
 (``lpm6_lookup_vec``, a vector of 256, the kernel the fused path and ip6-lookup use) of:
@@ -42,7 +42,7 @@ from vecroute.fib.host6 import host6_lookup
 from vecroute.fib.lpm_kernels import lpm6_lookup_vec
 from vecroute.graph.flow_hash import flow_hash6_at
 from vecroute.graph.srv6_encap import write_outer
-from vecroute.graph.state import LIST_HDRLEN, LIST_SRH
+from vecroute.graph.state import IFS_TX_PKTS, LIST_HDRLEN, LIST_SRH
 
 ADDRS = {
     "plain destination (/48)": X.DST6,
@@ -108,6 +108,8 @@ def main() -> None:
     ap.add_argument("--packets", type=int, default=X.PACKETS,
                     help="frames per sample of the H.Encaps floor")
     args = ap.parse_args()
+    if args.packets < 4 * X.VECTOR:
+        ap.error(f"--packets: at least {4 * X.VECTOR} (the check takes four vectors)")
     from vecroute.warmup import clear_stale_cache
 
     clear_stale_cache((Path(__file__).parent,))  # these kernels embed the lookups
@@ -164,9 +166,13 @@ def _encap_floor(path: X.Path, packets: int, repeat: int) -> None:
         for rung in (3, 6):
             calls[(label, f"rung {rung}")] = rungs.call(rung, True, fr, encap)
         calls[(label, "vecroute")] = lambda fr=fr: path.run(fr)
-    for key, go in calls.items():  # compile, and every frame sent
+    tx = path.state.if_stats[:, IFS_TX_PKTS]
+    for key, go in calls.items():  # compile, and every frame sent (vecroute's: counted)
+        t0 = int(tx.sum())
         sent = go()
-        if key[1] != "vecroute" and sent != packets:
+        if key[1] == "vecroute":
+            sent = int(tx.sum()) - t0
+        if sent != packets:
             raise SystemExit(f"{key}: sent {sent} of {packets}")
     samples: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
     for _ in range(repeat):
