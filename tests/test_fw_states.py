@@ -10,7 +10,14 @@ from vecroute.firewall.config import parse_firewall_config
 from vecroute.firewall.firewall import Firewall
 from vecroute.firewall.keys import make_key
 from vecroute.firewall.layout import DROP_STATE_FULL, V_DROP, V_PASS
-from vecroute.firewall.states import FC_COUNT, FC_CURSOR, new_ctl, new_table, sweep_states
+from vecroute.firewall.states import (
+    FC_COUNT,
+    FC_CURSOR,
+    grow_states,
+    new_ctl,
+    new_table,
+    sweep_states,
+)
 
 S = 10**9
 SYN, ACK, FIN, RST = 0x02, 0x10, 0x01, 0x04
@@ -191,3 +198,24 @@ def test_states_follow_rule_changes():
     fw.delete(300)  # its states go with it
     assert go(fw, make_key(OUT, IN, 17, 2, 1), S)[1] == 65535
     assert fw.states(S) == []
+
+
+def test_maintain_grows_exactly_when_grow_states_would():
+    """maintain()'s one comparison (its threshold solved once per table) against
+    grow_states' own test, at and around every boundary of a few table sizes."""
+    fw = firewall(["100 allow ip from any to any keep-state"], max_states=1 << 20)
+    for _ in range(3):  # the first table, then two grown ones
+        cap, vs = fw.st.shape[0], fw.vector_size
+        edges = {cap // 2, cap * 3 // 4 - vs}
+        counts = sorted({c + d for c in edges for d in (-1, 0, 1)} | {0})
+        for c in counts:
+            fw.ctl[FC_COUNT] = c
+            wants = grow_states(fw.st, fw.ctl, vs) is not fw.st  # a copy: fw.st stays
+            before, gen = fw.st, fw.generation
+            assert fw.maintain() == wants, (cap, c)
+            assert (fw.st is not before) == wants and (fw.generation != gen) == wants
+            if wants:
+                break
+        else:
+            raise AssertionError(f"no count in {counts} grew a table of {cap}")
+    fw.ctl[FC_COUNT] = 0

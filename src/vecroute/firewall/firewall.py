@@ -78,6 +78,7 @@ class Firewall:
             for payload in t.payloads:
                 self.tables.add_parsed(t.name, payload)
         self.st = new_table()
+        self._grow_above = self._grow_threshold()
         self.ctl = new_ctl(
             cfg.max_states,
             cfg.lifetimes,
@@ -111,17 +112,24 @@ class Firewall:
     def dataplane(self) -> FW:
         return FW(*self.args())
 
+    def _grow_threshold(self) -> int:
+        """The most states the table holds before :meth:`maintain` asks ``grow_states``:
+        its own test (the load past 1/2, or the next vector's inserts past 3/4) solved for
+        the count once per table, so that the common case is one comparison."""
+        cap = self.st.shape[0]
+        return min(cap // 2, cap * 3 // 4 - self.vector_size)
+
     def maintain(self) -> bool:
         """Between batches: grow the state table when it passed half full. True if the
-        arrays changed (re-read :meth:`args`)."""
-        count = int(self.ctl[FC_COUNT])  # the common case first: no growth (every batch)
-        cap = self.st.shape[0]
-        if count * 2 <= cap and (count + self.vector_size) * 4 <= cap * 3:
+        arrays changed (re-read :meth:`args`). ``Graph.run`` calls it every batch: the
+        common case (no growth) is one comparison (it was 0.47 us of Python a batch)."""
+        if self.ctl[FC_COUNT] <= self._grow_above:
             return False
         st = grow_states(self.st, self.ctl, self.vector_size)
         if st is self.st:
             return False
         self.st = st
+        self._grow_above = self._grow_threshold()
         self._generation += 1
         return True
 
