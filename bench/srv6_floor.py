@@ -21,7 +21,7 @@ Then H.Encaps as a whole over the bare forwarder of ``bench.forwarding_floor`` (
 keeps), on the benchmark's plain IPv6 and two-segment H.Encaps frames in the batch's own
 slots (the outer header lands in the lines before the packet, as it does in vecroute),
 next to vecroute's ``Graph.run`` on the same frames. Rung 6's H.Encaps sends the bytes,
-counts and metadata vecroute does (checked on four vectors). The least H.Encaps adds to
+port counts and metadata vecroute does (checked on four vectors). The least H.Encaps adds to
 a plain packet, rung 6's difference, bounds the ratio vecroute can reach against its own
 plain IPv6: plain / (plain + that difference).
 """
@@ -114,7 +114,8 @@ def main() -> None:
 
     clear_stale_cache((Path(__file__).parent,))  # these kernels embed the lookups
     cpu = pin_to_one_cpu(None)
-    st = X.Path().state
+    path = X.Path()
+    st = path.state
     n = X.VECTOR
     tabs = np.zeros(n, np.int64)
     out = np.empty(n, np.int32)
@@ -144,7 +145,7 @@ def main() -> None:
     for name, v in samples.items():
         a = np.array(v)
         print(f"{name:28s} {np.median(a):6.1f} ns [{a.min():.1f} .. {a.max():.1f}]")
-    _encap_floor(X.Path(), args.packets, args.repeat)
+    _encap_floor(path, args.packets, args.repeat)
 
 
 ENCAP_KINDS = {"plain IPv6": "ip6-fwd", "H.Encaps 2 SIDs": "encaps2-v6"}
