@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import vecroute.firewall.firewall as fw_module
 from vecroute.firewall.config import parse_firewall_config
 from vecroute.firewall.firewall import Firewall
 from vecroute.firewall.keys import make_key
@@ -13,9 +14,10 @@ from vecroute.firewall.layout import DROP_STATE_FULL, V_DROP, V_PASS
 from vecroute.firewall.states import (
     FC_COUNT,
     FC_CURSOR,
-    grow_states,
     new_ctl,
     new_table,
+    state_capacity_limit,
+    states_need_growth,
     sweep_states,
 )
 
@@ -200,22 +202,41 @@ def test_states_follow_rule_changes():
     assert fw.states(S) == []
 
 
-def test_maintain_grows_exactly_when_grow_states_would():
+@pytest.mark.parametrize("vs", [1, 256, 257, 300, 1024, 4096])
+@pytest.mark.parametrize("max_states", [100, 1 << 20])
+def test_maintain_grows_exactly_when_grow_states_would(monkeypatch, vs, max_states):
     """maintain()'s one comparison (its threshold solved once per table) against
-    grow_states' own test, at and around every boundary of a few table sizes."""
-    fw = firewall(["100 allow ip from any to any keep-state"], max_states=1 << 20)
-    for _ in range(3):  # the first table, then two grown ones
-        cap, vs = fw.st.shape[0], fw.vector_size
-        edges = {cap // 2, cap * 3 // 4 - vs}
-        counts = sorted({c + d for c in edges for d in (-1, 0, 1)} | {0})
+    grow_states' own test and the compiled loops' (states_need_growth), at and around both
+    boundaries of each table size it grows through, for vectors from 1 to 4096 and a
+    max_states that stops the growth: it asks grow_states only when that test fails (and
+    not again at the size limit), and grows exactly when the loops would return for it."""
+    calls = []
+    real = fw_module.grow_states
+    monkeypatch.setattr(fw_module, "grow_states", lambda *a: calls.append(1) or real(*a))
+    raw = {"rules": ["100 allow ip from any to any keep-state"], "max_states": max_states}
+    fw = Firewall(parse_firewall_config(raw, "s.toml"), vector_size=vs)
+    limit = state_capacity_limit(fw.st, fw.ctl)
+    sizes = 0
+    while True:
+        cap = fw.st.shape[0]
+        sizes += 1
+        counts = sorted({e + d for e in (cap // 2, cap * 3 // 4 - vs) for d in (-1, 0, 1)}
+                        | {0})
+        grew = False
         for c in counts:
             fw.ctl[FC_COUNT] = c
-            wants = grow_states(fw.st, fw.ctl, vs) is not fw.st  # a copy: fw.st stays
+            fits = c * 2 <= cap and (c + vs) * 4 <= cap * 3
+            need = states_need_growth(fw.st, fw.ctl, vs, limit)
+            calls.clear()
             before, gen = fw.st, fw.generation
-            assert fw.maintain() == wants, (cap, c)
-            assert (fw.st is not before) == wants and (fw.generation != gen) == wants
-            if wants:
+            got = fw.maintain()
+            assert not (calls and fits), (cap, vs, c)  # no call while the table is fine
+            assert calls or fits or cap >= limit, (cap, vs, c)
+            assert got == need == (fw.st is not before) == (fw.generation != gen), (cap, vs, c)
+            if got:
+                grew = True
                 break
-        else:
-            raise AssertionError(f"no count in {counts} grew a table of {cap}")
+        if not grew:
+            break
+    assert cap >= limit or sizes > 1, (cap, limit)
     fw.ctl[FC_COUNT] = 0

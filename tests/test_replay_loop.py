@@ -240,9 +240,12 @@ def test_reassembly_timeout_error_carries_the_batch_clock(tmp_path) -> None:
     assert q[1][IP].dst == H0_IP4
 
 
-def test_firewall_state_table_grows_mid_replay(tmp_path) -> None:
+@pytest.mark.parametrize("vector", [256, 4096])
+def test_firewall_state_table_grows_mid_replay(tmp_path, vector) -> None:
     """5000 UDP flows kept in state: the table grows several times between batches, as
-    Graph.run's sync_firewall does, and the replies of every flow pass check-state."""
+    Graph.run's sync_firewall does, and the replies of every flow pass check-state. A
+    vector larger than the config's (``--vector-size``) gets room for its states too (the
+    firewall was sized for the config's 256: a 4096-packet vector dropped 3328 states)."""
     conf = tmp_path / "fw.toml"
     host = '[[neighbors]]\nip = "198.51.100.7"\nmac = "02:00:00:00:aa:10"\ninterface = "inside"\n'
     conf.write_text(FW_TOML + host)
@@ -258,12 +261,12 @@ def test_firewall_state_table_grows_mid_replay(tmp_path) -> None:
     wrpcap(str(tmp_path / "in.pcap"), out_pk)
     wrpcap(str(tmp_path / "back.pcap"), back)
     inputs = [("inside", tmp_path / "in.pcap"), ("outside", tmp_path / "back.pcap")]
-    rp = Replayer(cfg, 256)
+    rp = Replayer(cfg, vector)
     cap0 = rp.firewall.st.shape[0]
     res = rp.run([(n, str(p)) for n, p in inputs], tmp_path / "out")
     assert rp.firewall.st.shape[0] > cap0 * 4
     assert res.packets_out == 5000 + len(back)
-    want = reference(conf, inputs, 256)
+    want = reference(conf, inputs, vector)
     assert sorted(want) == ["inside.pcap", "outside.pcap"]
     for name, data in want.items():
         assert (tmp_path / "out" / name).read_bytes() == data

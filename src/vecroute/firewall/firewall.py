@@ -115,18 +115,23 @@ class Firewall:
     def _grow_threshold(self) -> int:
         """The most states the table holds before :meth:`maintain` asks ``grow_states``:
         its own test (the load past 1/2, or the next vector's inserts past 3/4) solved for
-        the count once per table, so that the common case is one comparison."""
+        the count once per table, so that the common case is one comparison. Never above
+        that test's bound: the compiled loops return for growth (``states_need_growth``)
+        and would re-enter for ever if maintain did not grow. Whatever replaces ``st``
+        or ``vector_size`` sets it again."""
         cap = self.st.shape[0]
         return min(cap // 2, cap * 3 // 4 - self.vector_size)
 
     def maintain(self) -> bool:
-        """Between batches: grow the state table when it passed half full. True if the
+        """Between batches: grow the state table when it passed half full, or the next
+        vector's inserts could pass 3/4 (``grow_states``). True if the
         arrays changed (re-read :meth:`args`). ``Graph.run`` calls it every batch: the
         common case (no growth) is one comparison (it was 0.47 us of Python a batch)."""
         if self.ctl[FC_COUNT] <= self._grow_above:
             return False
         st = grow_states(self.st, self.ctl, self.vector_size)
-        if st is self.st:
+        if st is self.st:  # past the threshold, so at the size max_states allows: it
+            self._grow_above = np.iinfo(np.int64).max  # cannot grow again
             return False
         self.st = st
         self._grow_above = self._grow_threshold()

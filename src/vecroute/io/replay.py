@@ -14,7 +14,7 @@ record buffers to the files between calls.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -105,10 +105,14 @@ class Replayer:
     """Runs captures through a router built from a config."""
 
     def __init__(self, cfg: Config, vector_size: int | None = None) -> None:
+        vs = vector_size or cfg.router.vector_size
+        if vs != cfg.router.vector_size:  # the firewall keeps room for a batch of states:
+            # this batch's (a 4096-packet vector over a table sized for 256 dropped states)
+            cfg = replace(cfg, router=replace(cfg.router, vector_size=vs))
         self.cfg = cfg
         dp = build_dataplane(cfg)
         self.fib, self.firewall = dp.fib, dp.firewall
-        self.batch = PacketBatch(vector_size or cfg.router.vector_size)
+        self.batch = PacketBatch(vs)
         self.graph = dp.graph(self.batch)
         ports = len(cfg.interfaces)
         self.slice = min(max(RECORD_BUFFER // max(ports, 1), PORT_SLICE_MIN), PORT_SLICE_MAX)
