@@ -264,8 +264,8 @@ class FwdCase:
 
 def _counts(path: VectorPath) -> tuple[int, int, int]:
     """(frames transmitted, packets through fw-in, through fw-out) so far."""
-    from vecroute.graph.node_ids import NODE_NAMES
     from vecroute.graph.state import IFS_TX_PKTS, NS_PACKETS
+    from vecroute.packet.node_ids import NODE_NAMES
 
     st = path.state
     ns = st.node_stats
@@ -334,8 +334,8 @@ def node_profile(path: VectorPath, c: FwdCase, fr: Frames, n: int) -> dict[str, 
     """ns per input packet of fw-in, fw-out and all nodes together: the median over the
     batches of one untimed pass over the first n frames (robust to preemption)."""
     from vecroute.graph.cycles import cycles_per_second
-    from vecroute.graph.node_ids import NODE_NAMES
     from vecroute.graph.state import NS_CLOCKS
+    from vecroute.packet.node_ids import NODE_NAMES
 
     g, b = path.graph, path.batch
     g.attach_firewall(c.fw)

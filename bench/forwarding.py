@@ -55,6 +55,7 @@ from bench.common import (
     summary,
     verdict,
 )
+from vecroute.graph.dataplane import fib_state
 from vecroute.graph.dispatch import run_nodes
 from vecroute.graph.fast_path import fused_scratch
 from vecroute.packet.batch import load_frames
@@ -138,7 +139,7 @@ def setup_fib():
     """
     from vecroute.fib.adjacency import AdjKey
     from vecroute.fib.fib import Fib, Interface
-    from vecroute.graph.state import ADJ_INCOMPLETE
+    from vecroute.fib.layout import ADJ_INCOMPLETE
 
     fib = Fib()
     for i in range(N_IF):
@@ -416,7 +417,7 @@ class VectorPath:
         from vecroute.graph.state import OPT_NO_FUSED
         from vecroute.packet.batch import PacketBatch
 
-        self.state = fib.state()
+        self.state = fib_state(fib)
         self.state.opts[OPT_NO_FUSED] = 0 if fused else 1
         self.batch = PacketBatch(vector_size)
         self.graph = Graph(self.state, self.batch)
@@ -448,8 +449,8 @@ class VectorPath:
         """Per-node ns/packet as the median over batches (robust to preemption, which the
         aggregate clocks of runtime_view absorb); a separate, untimed pass."""
         from vecroute.graph.cycles import cycles_per_second
-        from vecroute.graph.node_ids import NODE_NAMES
         from vecroute.graph.state import NS_CLOCKS
+        from vecroute.packet.node_ids import NODE_NAMES
 
         b, g = self.batch, self.graph
         ns = self.state.node_stats

@@ -51,31 +51,28 @@ from numba import njit
 
 from bench import forwarding as F
 from bench.common import DEFAULT_TABLE, pin_to_one_cpu
-from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
-from vecroute.graph.fast_path import for_us, icmp_error_flag, plain4, plain6
-from vecroute.graph.flow_hash import flow_hash6_at
-from vecroute.graph.node_ids import DONE_TX
-from vecroute.graph.srv6_encap import first_hop_miss, write_outer
-from vecroute.graph.state import (
+from vecroute.fib.layout import (
     A_IF,
     A_RWLEN,
     A_SR_LIST,
     A_TYPE,
     ADJ_REWRITE,
     ADJ_SRV6_ENCAP,
-    CACHE_ADJ,
-    CACHE_GEN,
-    CACHE_LB,
     I_FIB4,
     I_FIB6,
     I_MTU,
+    LB_N,
+    LB_START,
+)
+from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
+from vecroute.graph.fast_path import for_us, icmp_error_flag, plain4, plain6
+from vecroute.graph.flow_hash import flow_hash6_at
+from vecroute.graph.srv6_encap import first_hop_miss, write_outer
+from vecroute.graph.state import (
     IFS_RX_BYTES,
     IFS_RX_PKTS,
     IFS_TX_BYTES,
     IFS_TX_PKTS,
-    LB_N,
-    LB_START,
-    LIST_HDRLEN,
     OPT_FIB_GEN,
     TB_CREDIT,
     TB_LAST,
@@ -113,6 +110,8 @@ from vecroute.packet.headers import (
     rd64,
 )
 from vecroute.packet.intrinsics import memcpy
+from vecroute.packet.node_ids import DONE_TX
+from vecroute.srv6.layout import CACHE_ADJ, CACHE_GEN, CACHE_LB, LIST_HDRLEN
 
 VS = 256
 RUNGS = {1: "load", 2: "+ lookup", 3: "+ rewrite", 4: "+ checks", 5: "+ counters",

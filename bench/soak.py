@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.flood import neighbor_flood_frames
-from vecroute.control.config import NeighborSettings
+from vecroute.config_types import NeighborSettings
 from vecroute.io.netns import Lab, entered
 from vecroute.lab import H2_V4, H2_V6, build, start_router
 

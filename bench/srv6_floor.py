@@ -42,7 +42,8 @@ from vecroute.fib.host6 import host6_lookup
 from vecroute.fib.lpm_kernels import lpm6_lookup_vec
 from vecroute.graph.flow_hash import flow_hash6_at
 from vecroute.graph.srv6_encap import write_outer
-from vecroute.graph.state import IFS_TX_PKTS, LIST_HDRLEN, LIST_SRH
+from vecroute.graph.state import IFS_TX_PKTS
+from vecroute.srv6.layout import LIST_HDRLEN, LIST_SRH
 
 ADDRS = {
     "plain destination (/48)": X.DST6,

@@ -24,9 +24,9 @@ from scapy.packet import Packet, Padding
 from vecroute.control.config import parse_config
 from vecroute.graph.counters import COUNTERS
 from vecroute.graph.dataplane import build_dataplane
-from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX, FREE
 from vecroute.graph.state import TB_RST, icmp_bucket
 from vecroute.packet.batch import M_NEXT, M_ORIG, M_SEQ, M_TX, MAX_FRAME, SLOT, PacketBatch
+from vecroute.packet.node_ids import DONE_DROP, DONE_PUNT, DONE_TX, FREE
 
 # --- numba cache hygiene -----------------------------------------------------------------------
 

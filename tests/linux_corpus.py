@@ -41,7 +41,7 @@ from scapy.layers.inet6 import (
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Packet, Raw
 
-from vecroute.control.config import InterfaceConfig
+from vecroute.config_types import InterfaceConfig
 
 # --- the router under test ----------------------------------------------------------------
 

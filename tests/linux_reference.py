@@ -44,7 +44,8 @@ from scapy.layers.inet6 import (
 )
 from scapy.layers.l2 import ARP, Ether
 
-from vecroute.control.config import Config, format_mac, parse_config
+from vecroute.config_types import Config, format_mac
+from vecroute.control.config import parse_config
 from vecroute.io.netns import Lab, LabError, entered, ip, run_in
 from vecroute.io.pcap import read_capture
 from vecroute.io.replay import Replayer

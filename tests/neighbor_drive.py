@@ -6,7 +6,7 @@ import sys
 
 from neighbor_model import cfg, check_fib, check_table
 
-from vecroute.control.config import NeighborSettings
+from vecroute.config_types import NeighborSettings
 from vecroute.control.neighbors import NeighborTable
 from vecroute.control.punts import Pending
 from vecroute.fib.fib import Fib, RouteError

@@ -6,15 +6,8 @@ from collections import Counter
 from vecroute.control.config import parse_config
 from vecroute.control.neighbors import FAILED, INCOMPLETE, PERMANENT, NeighborTable
 from vecroute.fib.fib import Fib
-from vecroute.graph.state import (
-    A_IF,
-    A_TYPE,
-    ADJ_INCOMPLETE,
-    ADJ_REWRITE,
-    LB_N,
-    LB_START,
-    SID_ADJ,
-)
+from vecroute.fib.layout import A_IF, A_TYPE, ADJ_INCOMPLETE, ADJ_REWRITE, LB_N, LB_START
+from vecroute.srv6.layout import SID_ADJ
 
 RMAC = "02:00:00:00:00:01"
 

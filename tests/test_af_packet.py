@@ -24,10 +24,10 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw, raw
 
-from vecroute.graph.node_ids import ETHERNET_INPUT
 from vecroute.io import af_packet_ring as R
 from vecroute.packet import gso as G
 from vecroute.packet.batch import HEADROOM, M_LEN, M_NEXT, M_OFF, M_ORIG, M_RX, SLOT, PacketBatch
+from vecroute.packet.node_ids import ETHERNET_INPUT
 
 MAC_A = "02:00:00:00:00:0a"
 MAC_B = "02:00:00:00:00:0b"

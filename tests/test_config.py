@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from vecroute.cli import main
-from vecroute.control.config import ConfigError, load_config, parse_config
+from vecroute.config_types import ConfigError
+from vecroute.control.config import load_config, parse_config
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -8,6 +8,7 @@ from vecroute.control.commands import CommandError, execute
 from vecroute.control.config import parse_config
 from vecroute.control.neighbors import NeighborTable
 from vecroute.fib.fib import Fib
+from vecroute.graph.dataplane import fib_state
 from vecroute.graph.dispatch import Graph
 from vecroute.packet.batch import PacketBatch
 
@@ -31,7 +32,7 @@ class FakeRouter:
             }
         )
         self.fib = Fib.from_config(cfg)
-        self.graph = Graph(self.fib.state(), PacketBatch(4))
+        self.graph = Graph(fib_state(self.fib), PacketBatch(4))
         self.neigh = NeighborTable(self.fib, lambda *a: None, lambda *a: None)
         self.commits = 0
 
@@ -53,7 +54,7 @@ class FakeRouter:
 
     def commit(self):
         self.commits += 1
-        self.graph.swap_state(self.fib.state())
+        self.graph.swap_state(fib_state(self.fib))
 
     def clear_counters(self):
         self.graph.state.clear_counters()

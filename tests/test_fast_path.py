@@ -51,7 +51,6 @@ from scapy.layers.l2 import ARP, Ether
 
 from vecroute.graph.dispatch import Graph
 from vecroute.graph.fast_path import fused_forward
-from vecroute.graph.node_ids import ETHERNET_INPUT, NODE_NAMES
 from vecroute.graph.state import (
     DP,
     FW_RUN_IN,
@@ -63,6 +62,7 @@ from vecroute.graph.state import (
     OPT_NO_FUSED,
 )
 from vecroute.packet.batch import M_NEXT, N_META, SLOT
+from vecroute.packet.node_ids import ETHERNET_INPUT, NODE_NAMES
 
 H0B = "02:00:00:00:aa:11"  # a second host on eth0: the redirect's better gateway
 H0B_IP4 = "198.51.100.11"

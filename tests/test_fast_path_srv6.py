@@ -52,9 +52,11 @@ from test_srv6 import (
     srv6_pkt,
 )
 
+from vecroute.fib.layout import A_SR_LIST
 from vecroute.fib.route_table import bulk_key
-from vecroute.graph.node_ids import ETHERNET_INPUT
-from vecroute.graph.state import A_SR_LIST, NS_CALLS, OPT_FIB_GEN, OPT_NO_FUSED
+from vecroute.graph.dataplane import fib_state
+from vecroute.graph.state import NS_CALLS, OPT_FIB_GEN, OPT_NO_FUSED
+from vecroute.packet.node_ids import ETHERNET_INPUT
 from vecroute.srv6.tables import LocalSid, Policy, policy_key
 
 ECMP_SEG = "2001:db8:400::9"  # a next segment with two next hops on eth1
@@ -252,7 +254,7 @@ def test_fused_srv6_follows_changes_of_the_host_routes() -> None:
         sids.del_localsid(ipaddress.ip_network(f"{SID_DX6}/128"))
         sids.add_localsid(LocalSid(ipaddress.ip_network(f"{SID_DX6}/128"), "End"))
         r.fib.add_route(f"{host}/128", [ipaddress.ip_address(N1_IP6)])
-        r.graph.swap_state(r.fib.state())
+        r.graph.swap_state(fib_state(r.fib))
         r.state = r.graph.state
     fused.state.clear_counters()
     nodes.state.clear_counters()
@@ -292,7 +294,7 @@ def test_fused_encap_follows_a_load_balance_changed_in_place() -> None:
         fib.install_many(6, 0, [bulk_key(0, first)], [("static", [(ifx, old_nh)], lb)],
                          (np.array([a >> 64], np.uint64), np.array([a & (2**64 - 1)], np.uint64)),
                          np.array([48], np.int64), np.array([lb], np.int64), distinct=True)
-        r.graph.swap_state(fib.state())
+        r.graph.swap_state(fib_state(fib))
         r.state = r.graph.state
         lbs[r] = (lb, ifx)
     macs = []
@@ -300,13 +302,13 @@ def test_fused_encap_follows_a_load_balance_changed_in_place() -> None:
         if step > 0:
             hops = [new_nh] if step == 1 else [old_nh, new_nh]
             for r, (lb, ifx) in lbs.items():
-                gen = r.fib.state().opts[OPT_FIB_GEN]
+                gen = fib_state(r.fib).opts[OPT_FIB_GEN]
                 paths = [(ifx, nh) for nh in hops]
                 r.fib.set_load_balance(lb, r.fib.path_adjacencies(6, paths), None)
                 # a published state starts its caches afresh; one changed in place (the
                 # tables shared) sees the generation move
-                assert r.fib.state().opts[OPT_FIB_GEN] != gen
-                r.graph.swap_state(r.fib.state())
+                assert fib_state(r.fib).opts[OPT_FIB_GEN] != gen
+                r.graph.swap_state(fib_state(r.fib))
                 r.state = r.graph.state
         res = fused.run(frames, now_ns=(step + 1) * 10**9)
         assert _observed(fused, res) == _observed(nodes, nodes.run(frames, now_ns=(step + 1)
@@ -349,7 +351,7 @@ def test_fused_encap_follows_policies_given_other_lists() -> None:
     def run(step):
         now = (step + 1) * 10**9
         for r in (fused, nodes):
-            r.graph.swap_state(r.fib.state())
+            r.graph.swap_state(fib_state(r.fib))
             r.state = r.graph.state
             r.state.clear_counters()
         res = fused.run(frames, now_ns=now)

@@ -496,9 +496,9 @@ def test_arp_request_not_for_us_is_punted_in_live_mode() -> None:
     # RFC 826 merge: with a live control plane, a request for another host still reaches
     # the neighbour table (which updates a known sender); counted once, as arp-punt
     from vecroute.graph.counters import C_ARP_PUNT
-    from vecroute.graph.node_ids import DONE_PUNT
     from vecroute.graph.state import OPT_LIVE
     from vecroute.packet.batch import M_ERR, M_NEXT
+    from vecroute.packet.node_ids import DONE_PUNT
 
     r = Router()
     r.state.opts[OPT_LIVE] = 1

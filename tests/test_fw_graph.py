@@ -35,7 +35,7 @@ from scapy.layers.inet6 import ICMPv6DestUnreach, ICMPv6EchoRequest, IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from vecroute.graph.node_ids import NODE_NAMES
+from vecroute.packet.node_ids import NODE_NAMES
 
 SEC = 1_000_000_000
 

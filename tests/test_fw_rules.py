@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vecroute.control.config import ConfigError
+from vecroute.config_types import ConfigError
 from vecroute.firewall.config import FirewallConfigError, parse_firewall_config
 from vecroute.firewall.firewall import Firewall
 from vecroute.firewall.keys import make_key

@@ -14,6 +14,7 @@ from scapy.layers.inet6 import IPv6
 
 from vecroute.firewall.config import parse_firewall_config
 from vecroute.firewall.firewall import Firewall
+from vecroute.graph.dataplane import fib_state
 from vecroute.packet.batch import PacketBatch
 
 
@@ -74,7 +75,7 @@ def test_the_call_follows_a_swapped_state():
     r = Router()
     assert _one(r, eth(R0) / IP(dst=DST4, ttl=9) / UDP())[0] == "eth1"
     r.fib.add_route(ipaddress.ip_network(f"{DST4}/32"), [ipaddress.ip_address(N3_IP4)])
-    r.graph.swap_state(r.fib.state())
+    r.graph.swap_state(fib_state(r.fib))
     r.state = r.graph.state
     assert _one(r, eth(R0) / IP(dst=DST4, ttl=9) / UDP())[0] == "eth3"
 

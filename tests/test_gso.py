@@ -31,6 +31,7 @@ from scapy.layers.inet6 import ICMPv6PacketTooBig, IPv6
 from scapy.layers.l2 import Ether
 
 from vecroute.graph import counters as C
+from vecroute.graph.dataplane import fib_state
 from vecroute.graph.dispatch import Graph
 from vecroute.io.af_packet_ring import vnet_header
 from vecroute.packet.batch import (
@@ -69,7 +70,7 @@ def _super(dst: str, *, df: bool = True, v6: bool = False, udp: bool = False) ->
 def _run(rt: Router, frame: bytes, mss: int, *, v6=False, udp=False):
     """One super-packet in a jumbo slot, through the graph; returns (batch, tx indices)."""
     b = PacketBatch(32, jumbo=2)
-    g = Graph(rt.fib.state(), b)
+    g = Graph(fib_state(rt.fib), b)
     d = b.capacity * SLOT + HEADROOM
     b.buf[d : d + len(frame)] = np.frombuffer(frame, np.uint8)
     reset_slot(b.meta, 0, 0, len(frame))

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from vecroute.control.config import ConfigError, parse_config
+from vecroute.config_types import ConfigError
+from vecroute.control.config import parse_config
 from vecroute.io.netns import Lab
 from vecroute.lab import H1_V4, H1_V6, RT0_V4, RT0_V6, RT1_V4, build, start_router
 

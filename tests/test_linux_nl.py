@@ -20,6 +20,7 @@ from vecroute.control.config import parse_config
 from vecroute.control.linux_nl import KERNEL_KINDS, LINUX, KernelSync, fit_weights
 from vecroute.control.neighbors import NeighborTable
 from vecroute.fib.fib import Fib
+from vecroute.graph.dataplane import fib_state
 from vecroute.io.netns import Lab, ip
 
 pytestmark = pytest.mark.netns
@@ -423,7 +424,7 @@ def _router_with(*routes: tuple) -> object:
     r = Router()
     for prefix, kw in routes:
         r.fib.add_route(prefix, **kw)
-    r.graph.swap_state(r.fib.state())
+    r.graph.swap_state(fib_state(r.fib))
     r.state = r.graph.state
     return r
 
@@ -471,7 +472,7 @@ def test_rfc5549_rewrite_and_resolution() -> None:
     assert ns and ICMPv6ND_NS in ns[0] and ns[0][ICMPv6ND_NS].tgt == "fe80::2"
     assert not any(ARP in x for x in ns)
     r.fib.add_neighbor(v6, bytes.fromhex(N1.replace(":", "")), "eth1")
-    r.graph.swap_state(r.fib.state())
+    r.graph.swap_state(fib_state(r.fib))
     r.state = r.graph.state
     out = [Ether(t.data) for t in r.run([p]).on("eth1")]
     assert len(out) == 1

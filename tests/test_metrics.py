@@ -27,19 +27,20 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from vecroute.config_types import ConfigError
 from vecroute.control import metrics_http as MH
-from vecroute.control.config import ConfigError, load_config, parse_config
+from vecroute.control.config import load_config, parse_config
 from vecroute.control.metrics import NEIGHBOR_HELP, RouterCollector, router_registry
 from vecroute.control.metrics_http import MetricsServer, bind_listener
 from vecroute.control.neighbors import STAT_FIELDS, NeighborTable
 from vecroute.control.show import errors_view, interfaces_view, runtime_view
 from vecroute.graph import counters as C
-from vecroute.graph.dataplane import build_dataplane
-from vecroute.graph.node_ids import NODE_NAMES
+from vecroute.graph.dataplane import build_dataplane, fib_state
 from vecroute.graph.state import IFS_DROPS, IFS_RX_PKTS, IFS_TX_PKTS, DataPlaneState
 from vecroute.io import worker_loop as L
 from vecroute.io.channel import R_DROPS
 from vecroute.io.worker import DataPlaneWorker
+from vecroute.packet.node_ids import NODE_NAMES
 
 BASE = {
     "interfaces": [
@@ -69,7 +70,7 @@ class PortlessRouter:
         dp = build_dataplane(cfg)
         self.fib = dp.fib
         self.neigh = NeighborTable(self.fib, lambda *a: None, lambda *a: None)
-        tables = self.fib.state().frozen()
+        tables = fib_state(self.fib).frozen()
         fws = [dp.firewall] + [dp.new_firewall() for _ in range(workers - 1)]
         self.workers = [DataPlaneWorker(k, [], tables.with_runtime(None), 64, fws[k])
                         for k in range(workers)]

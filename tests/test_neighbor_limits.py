@@ -13,7 +13,8 @@ import pytest
 from scapy.all import ARP, Ether, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr, IPv6
 
 from bench.flood import icmp6_checksum
-from vecroute.control.config import NeighborConfig, NeighborSettings, parse_config
+from vecroute.config_types import NeighborConfig, NeighborSettings
+from vecroute.control.config import parse_config
 from vecroute.control.neighbors import PERMANENT, REACHABLE, NeighborTable
 from vecroute.control.punts import Pending
 from vecroute.fib.fib import Fib
@@ -257,7 +258,7 @@ def test_inject_marks_lookups_reinjected():
 @pytest.mark.parametrize("key,value", [("gc_thresh3", 0), ("gc_thresh1", -1),
                                        ("per_interface", 10**9), ("queue_len", "x")])
 def test_limits_are_checked(key, value):
-    from vecroute.control.config import ConfigError
+    from vecroute.config_types import ConfigError
 
     with pytest.raises(ConfigError, match=f"neighbor_table.{key}"):
         parse_config({"interfaces": [{"name": "eth0", "mac": RMAC}],
@@ -265,7 +266,7 @@ def test_limits_are_checked(key, value):
 
 
 def test_thresholds_must_be_ordered():
-    from vecroute.control.config import ConfigError
+    from vecroute.config_types import ConfigError
 
     with pytest.raises(ConfigError, match="gc_thresh1 <= gc_thresh2 <= gc_thresh3"):
         parse_config({"interfaces": [{"name": "eth0", "mac": RMAC}],

@@ -8,12 +8,13 @@ import ipaddress
 
 import pytest
 
-from vecroute.control.config import NeighborSettings, parse_config
+from vecroute.config_types import NeighborSettings
+from vecroute.control.config import parse_config
 from vecroute.control.neighbor_packets import build_arp
 from vecroute.control.neighbors import NeighborTable
 from vecroute.control.punts import Pending
 from vecroute.fib.fib import Fib, RouteError
-from vecroute.graph.state import ADJ_INCOMPLETE
+from vecroute.fib.layout import ADJ_INCOMPLETE
 from vecroute.srv6.tables import LocalSid
 
 S = 1_000_000_000

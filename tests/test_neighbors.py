@@ -14,7 +14,8 @@ from scapy.all import (
     IPv6,
 )
 
-from vecroute.control.config import NeighborSettings, parse_config
+from vecroute.config_types import NeighborSettings
+from vecroute.control.config import parse_config
 from vecroute.control.neighbors import (
     FAILED,
     INCOMPLETE,
@@ -26,7 +27,7 @@ from vecroute.control.neighbors import (
 )
 from vecroute.fib.adjacency import AdjKey
 from vecroute.fib.fib import Fib
-from vecroute.graph.state import A_TYPE, ADJ_INCOMPLETE, ADJ_REWRITE
+from vecroute.fib.layout import A_TYPE, ADJ_INCOMPLETE, ADJ_REWRITE
 
 S = 1_000_000_000
 RMAC = "02:00:00:00:00:01"

@@ -20,11 +20,7 @@ from pathlib import Path
 import pytest
 
 from vecroute.fib.adjacency import ADJ_NEXT, AdjKey
-from vecroute.graph import counters as counters_mod
-from vecroute.graph import node_ids
-from vecroute.graph.counters import COUNTERS, markdown
-from vecroute.graph.registry import CONTROL_PLANE, declarations, module_declarations
-from vecroute.graph.state import (
+from vecroute.fib.layout import (
     A_NEXT4,
     A_NEXT6,
     A_TYPE,
@@ -37,10 +33,16 @@ from vecroute.graph.state import (
     ADJ_REWRITE,
     ADJ_UNREACH,
 )
+from vecroute.graph import counters as counters_mod
+from vecroute.graph.counters import COUNTERS, markdown
+from vecroute.graph.registry import CONTROL_PLANE, declarations, module_declarations
+from vecroute.packet import node_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "src" / "vecroute" / "graph"
 PKG = "vecroute.graph"
+NODE_IDS = "vecroute.packet.node_ids"  # the node numbering, below the graph (the batch
+NODE_IDS_PKG = "vecroute.packet"  # and the adjacencies name nodes too)
 
 
 def _node_name(attr: str) -> str | None:
@@ -70,11 +72,12 @@ class Module:
             if isinstance(st, ast.ImportFrom) and st.module:
                 for a in st.names:
                     self.consts[a.asname or a.name] = (st.module, a.name)
-            if isinstance(st, ast.ImportFrom) and st.module == PKG:
+            if isinstance(st, ast.ImportFrom) and st.module in (PKG, NODE_IDS_PKG):
                 for a in st.names:
                     self.aliases[a.asname or a.name] = a.name
-            elif isinstance(st, ast.ImportFrom) and (st.module or "").startswith(PKG + "."):
-                mod = st.module[len(PKG) + 1:]
+            elif isinstance(st, ast.ImportFrom) and (
+                    (st.module or "").startswith(PKG + ".") or st.module == NODE_IDS):
+                mod = st.module.rpartition(".")[2]
                 for a in st.names:
                     self.imports[a.asname or a.name] = (mod, a.name)
 
@@ -427,7 +430,7 @@ def test_scan_catches_an_undeclared_target_and_counter() -> None:
         "    enqueue(frames, frame_n, meta, IP4_FRAG, i)\n"
     )
     tree = ast.parse(src)
-    tree.body.insert(0, ast.parse("from vecroute.graph.node_ids import IP4_FRAG").body[0])
+    tree.body.insert(0, ast.parse("from vecroute.packet.node_ids import IP4_FRAG").body[0])
     old = MODULES["ethernet_input"]
     MODULES["ethernet_input"] = Module("ethernet_input", tree)
     try:

@@ -37,6 +37,7 @@ from scapy.layers.inet6 import (
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from vecroute.graph.dataplane import fib_state
 from vecroute.graph.ip_reass import REASS_EXPIRE_PER_BATCH, REASS_MAX_LEN
 from vecroute.graph.state import REASS_CONTEXTS, REASS_MAX_FRAGS, RG_USED
 
@@ -214,7 +215,7 @@ def test_reassembly_survives_a_state_swap() -> None:
     frames = frag4(req, even(upper4(req), 304))
     assert run(r, frames[:1]).c("reass-queued") == 1
     r.fib.add_route("203.0.113.0/24", via=[ipaddress.ip_address("192.0.2.2")])
-    new = r.fib.state()
+    new = fib_state(r.fib)
     r.graph.swap_state(new)
     r.state = new
     res = run(r, frames[1:])

@@ -331,7 +331,8 @@ def test_redirect_when_forwarding_back_out_the_arrival_interface() -> None:
 
 
 def test_config_redirects_must_be_a_bool() -> None:
-    from vecroute.control.config import ConfigError, parse_config
+    from vecroute.config_types import ConfigError
+    from vecroute.control.config import parse_config
 
     cfg = base_config()
     cfg["interfaces"][0]["redirects"] = False

@@ -66,6 +66,7 @@ from scapy.packet import Raw
 from vecroute.control.commands import CommandError, execute
 from vecroute.control.config import parse_config
 from vecroute.fib.fib import Fib, RouteError
+from vecroute.graph.dataplane import fib_state
 from vecroute.graph.dispatch import Graph
 from vecroute.packet.batch import PacketBatch
 from vecroute.srv6.tables import Policy
@@ -184,7 +185,7 @@ def r() -> Router:
 
 def swap(r: Router) -> None:
     """Push the control plane's changes to the data path (what ctl's commit does)."""
-    r.graph.swap_state(r.fib.state())
+    r.graph.swap_state(fib_state(r.fib))
     r.state = r.graph.state
 
 
@@ -1195,7 +1196,7 @@ class CtlRouter:
         cfg = base_config()
         self.fib = Fib.from_config(parse_config(cfg))
         self.batch = PacketBatch(8)
-        self.graph = Graph(self.fib.state(), self.batch)
+        self.graph = Graph(fib_state(self.fib), self.batch)
         self.commits = 0
 
     def stats(self):
@@ -1203,7 +1204,7 @@ class CtlRouter:
 
     def commit(self):
         self.commits += 1
-        self.graph.swap_state(self.fib.state())
+        self.graph.swap_state(fib_state(self.fib))
 
 
 def test_ctl_sr_localsid_policy_steer(tmp_path):

@@ -37,6 +37,7 @@ from vecroute.control.trace import (
     snapshot,
 )
 from vecroute.graph import trace as T
+from vecroute.graph.dataplane import fib_state
 from vecroute.packet.batch import M_TRACE
 
 
@@ -310,7 +311,7 @@ def test_srv6_encap_names_its_policy_after_another_was_deleted():
     sr.del_policy(ipaddress.ip_address(BSIDS["e1"]))
     sr.add_policy(Policy(ipaddress.ip_address("2001:db8:ff:b::77"),
                          [([ipaddress.ip_address(SEG1)], 1)]))
-    r.graph.swap_state(r.fib.state())
+    r.graph.swap_state(fib_state(r.fib))
     r.state = r.graph.state
     p = eth() / IPv6(src=H0_IP6, dst=first_addr(POLICIES["e2"][3])) / UDP(dport=9)
     res, pkts = traced(r, [p])

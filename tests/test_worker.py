@@ -27,7 +27,7 @@ from vecroute.control.punts import (
     inject_packets,
 )
 from vecroute.graph import counters as C
-from vecroute.graph.node_ids import DONE_PUNT
+from vecroute.graph.dataplane import fib_state
 from vecroute.graph.state import OPT_LIVE
 from vecroute.io import worker_loop as L
 from vecroute.io.channel import (
@@ -41,6 +41,7 @@ from vecroute.io.channel import (
 )
 from vecroute.io.worker import DataPlaneWorker
 from vecroute.packet.batch import M_ERR, M_LEN, M_NEXT, M_OFF, M_RX, reset_slot
+from vecroute.packet.node_ids import DONE_PUNT
 
 
 def _worker(policy: str = "interrupt") -> DataPlaneWorker:
@@ -235,7 +236,7 @@ def test_workers_get_frozen_copies_of_the_tables():
     # the control plane changes its arrays in place (a learnt MAC) and grows them; what a
     # worker reads must never change under it
     rt = Router(base_config())
-    live = rt.fib.state()
+    live = fib_state(rt.fib)
     frozen = live.frozen()
     for name in ("adj", "adj_rw", "lb", "lb_buckets", "fib4_roots", "fib4_groups", "sr_cache"):
         assert not np.shares_memory(getattr(frozen, name), getattr(live, name)), name

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vecroute.graph.dataplane import fib_state
 from vecroute.measure.bench import Experiment, Variant
 
 PACKETS = 1 << 17
@@ -222,7 +223,7 @@ class Path:
         from vecroute.packet.batch import PacketBatch
 
         self.fib = Fib.from_config(parse_config(router_config()))
-        self.state = self.fib.state()
+        self.state = fib_state(self.fib)
         self.batch = PacketBatch(VECTOR)
         self.graph = Graph(self.state, self.batch)
 
@@ -257,8 +258,8 @@ class Path:
         counts twice), the median over batches of one untimed pass: the node clocks of
         runtime_view (VPP's `show runtime`), robust to preemption of single batches."""
         from vecroute.graph.cycles import cycles_per_second
-        from vecroute.graph.node_ids import NODE_NAMES
         from vecroute.graph.state import NS_CLOCKS
+        from vecroute.packet.node_ids import NODE_NAMES
 
         b, g, ns = self.batch, self.graph, self.state.node_stats
         per, pos = [], 0

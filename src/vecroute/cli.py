@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from vecroute.control.config import ConfigError, load_config
+from vecroute.config_types import ConfigError
+from vecroute.control.config import load_config
 
 EXIT_USER = 2
 
@@ -398,7 +399,7 @@ def gen(
     as_json: bool,
 ) -> None:
     """Send packets on IFNAME through an AF_PACKET TX ring; print pktgen's result lines."""
-    from vecroute.control.config import parse_mac
+    from vecroute.config_types import parse_mac
     from vecroute.measure.gen import GenError, GenSpec, result_json, run_gen
 
     try:

@@ -24,11 +24,13 @@ def clear_stale_cache(extra: tuple[Path, ...] = ()) -> int:
     import vecroute
 
     root = Path(list(vecroute.__path__)[0])
-    # the control plane, the command line, the package's __init__ (where the cache goes),
-    # the worker thread and the socket set-up (af_packet.py, control_filter.py: Python
-    # that hands the kernels arguments) hold no kernel and no constant a kernel reads
-    # (dependencies point down), so changing them keeps the compiled code
+    # the control plane, the command line, the configuration's types, the package's
+    # __init__ (where the cache goes), the worker thread and the socket set-up
+    # (af_packet.py, control_filter.py: Python that hands the kernels arguments) hold no
+    # kernel and no constant a kernel reads (dependencies point down), so changing them
+    # keeps the compiled code
     slow_path = {root / "control", root / "cli.py", root / "lab.py", root / "warmup.py",
+                 root / "config_types.py",
                  root / "__init__.py", root / "io" / "worker.py", root / "io" / "af_packet.py",
                  root / "io" / "control_filter.py"}
     newest = max(

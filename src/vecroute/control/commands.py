@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vecroute.control.config import ConfigError, parse_mac
+from vecroute.config_types import ConfigError, parse_mac
 from vecroute.control.show import (
     RICH_MAX_ROWS,
     ROUTE_COLUMNS,

@@ -12,6 +12,7 @@ import numpy as np
 
 from vecroute.control.punts import IcmpError, Pending, decode_punts, inject_packets
 from vecroute.fib.fib import Fib
+from vecroute.graph.dataplane import fib_state
 from vecroute.graph.dispatch import Graph
 from vecroute.graph.state import OPT_LIVE, DataPlaneState
 from vecroute.io.channel import IH_COLS, PH_COLS, Ring, punt_policer, punts_to_ring, ring_to_batch
@@ -32,7 +33,7 @@ class Forwarder:
         self.fib = fib
         self.socks = sockets
         self.batch = PacketBatch(vector_size)
-        st = state or fib.state()
+        st = state or fib_state(fib)
         st.opts[OPT_LIVE] = 1
         self.graph = Graph(st, self.batch, firewall)
         self.inject = Ring(RING, IH_COLS)  # what the control plane sends back
@@ -41,7 +42,7 @@ class Forwarder:
 
     def refresh(self) -> None:
         """Swap in the FIB's current arrays (after a route or neighbour change)."""
-        self.graph.swap_state(self.fib.state())
+        self.graph.swap_state(fib_state(self.fib))
 
     def reinject(self, packets: list[Pending], error: IcmpError | None = None) -> None:
         """Queue packets that waited for a neighbour for the next batch: to be forwarded

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from vecroute.control.config import Config
+from vecroute.config_types import Config
 from vecroute.io.channel import INJECT_MAX
 
 log = logging.getLogger("vecroute.linux_cp")

@@ -34,7 +34,6 @@ from vecroute.fib.fib import Fib
 from vecroute.graph import counters as C
 from vecroute.graph.counters import COUNTERS
 from vecroute.graph.cycles import cycles_per_second
-from vecroute.graph.node_ids import NODE_NAMES
 from vecroute.graph.state import (
     IFS_DROPS,
     IFS_PUNTS,
@@ -48,6 +47,7 @@ from vecroute.graph.state import (
 )
 from vecroute.io.af_packet_ring import S_RX_KERNEL_DROPS, S_RX_PACKETS
 from vecroute.io.channel import R_DROPS
+from vecroute.packet.node_ids import NODE_NAMES
 
 P = "vecroute_"
 

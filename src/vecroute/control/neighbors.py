@@ -36,8 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from itertools import islice
 
+from vecroute.config_types import NeighborConfig, NeighborSettings, format_mac
 from vecroute.control import neighbor_packets as P
-from vecroute.control.config import NeighborConfig, NeighborSettings, format_mac
 from vecroute.control.punts import ADDRESS_UNREACHABLE, IcmpError, Pending
 from vecroute.fib.fib import Fib, RouteError
 from vecroute.packet.batch import F_REINJECTED

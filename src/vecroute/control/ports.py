@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vecroute.control.config import valid_ifname
+from vecroute.config_types import valid_ifname
 
 log = logging.getLogger("vecroute.ports")
 

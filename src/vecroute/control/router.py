@@ -34,13 +34,14 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from vecroute.config_types import Config, ConfigError
 from vecroute.control.capture import (
     DIRECTIONS,
     CaptureSession,
     open_capture_file,
     start_capture,
 )
-from vecroute.control.config import Config, ConfigError, load_config
+from vecroute.control.config import load_config
 from vecroute.control.linux_cp import LinuxCp, LinuxCpError
 from vecroute.control.metrics_http import MetricsServer, bind_listener
 from vecroute.control.neighbors import NeighborTable
@@ -51,7 +52,7 @@ from vecroute.control.trace import TraceExplainer, arm, disarm, snapshot
 from vecroute.fib.fib import Fib, RouteError
 from vecroute.firewall.firewall import Firewall, command_changes
 from vecroute.graph import counters as C
-from vecroute.graph.dataplane import build_dataplane
+from vecroute.graph.dataplane import build_dataplane, fib_state
 from vecroute.graph.state import TB_RST, DataPlaneState
 from vecroute.io.af_packet import FANOUT_NEW
 from vecroute.io.capture import CP_LEFT, CP_LOST, CP_MODE
@@ -397,7 +398,7 @@ class LiveRouter:
         control plane goes on changing its own in place, the workers read these."""
         p = self._published
         if p is None or p[0] is not self.fib or p[1] != self.fib.version:
-            p = self._published = (self.fib, self.fib.version, self.fib.state().frozen())
+            p = self._published = (self.fib, self.fib.version, fib_state(self.fib).frozen())
         return p[2]
 
     def commit(self) -> None:

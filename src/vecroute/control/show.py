@@ -23,7 +23,6 @@ from rich.table import Table
 from vecroute.fib.fib import Fib
 from vecroute.graph.counters import COUNTERS
 from vecroute.graph.cycles import cycles_per_second
-from vecroute.graph.node_ids import NODE_NAMES
 from vecroute.graph.state import (
     IFS_DROPS,
     IFS_PUNTS,
@@ -36,6 +35,7 @@ from vecroute.graph.state import (
     NS_PACKETS,
     DataPlaneState,
 )
+from vecroute.packet.node_ids import NODE_NAMES
 
 
 def interfaces_view(fib: Fib, st: DataPlaneState) -> list[dict[str, Any]]:

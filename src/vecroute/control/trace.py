@@ -17,16 +17,7 @@ from typing import Any
 import numpy as np
 
 from vecroute.fib.fib import Fib
-from vecroute.graph import trace as T
-from vecroute.graph.counters import COUNTERS
-from vecroute.graph.node_ids import (
-    DONE_DROP,
-    DONE_PUNT,
-    DONE_TX,
-    FREE,
-    NODE_NAMES,
-)
-from vecroute.graph.state import (
+from vecroute.fib.layout import (
     A_IF,
     A_NH4,
     A_TYPE,
@@ -35,9 +26,10 @@ from vecroute.graph.state import (
     ADJ_SRV6_LOCALSID,
     LB_N,
     LB_START,
-    SID_BEHAVIOR,
-    DataPlaneState,
 )
+from vecroute.graph import trace as T
+from vecroute.graph.counters import COUNTERS
+from vecroute.graph.state import DataPlaneState
 from vecroute.graph.trace import MAX_TRACE_PACKETS
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
@@ -56,6 +48,14 @@ from vecroute.packet.batch import (
     M_RX,
     M_TX,
 )
+from vecroute.packet.node_ids import (
+    DONE_DROP,
+    DONE_PUNT,
+    DONE_TX,
+    FREE,
+    NODE_NAMES,
+)
+from vecroute.srv6.layout import SID_BEHAVIOR
 
 FATES = {DONE_TX: "tx", DONE_DROP: "drop", DONE_PUNT: "punt", FREE: "free"}
 PROTOS = {1: "icmp", 6: "tcp", 17: "udp", 43: "ipv6-route", 44: "ipv6-frag", 58: "icmp6",

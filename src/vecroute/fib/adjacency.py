@@ -19,18 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vecroute.graph.node_ids import (
-    ERROR_DROP,
-    ICMP4_ERROR,
-    ICMP6_ERROR,
-    IP4_LOCAL,
-    IP4_REWRITE,
-    IP6_LOCAL,
-    IP6_REWRITE,
-    SRV6_ENCAP,
-    SRV6_LOCALSID,
-)
-from vecroute.graph.state import (
+from vecroute.fib.layout import (
     A_FAMILY,
     A_IF,
     A_NEXT4,
@@ -57,6 +46,17 @@ from vecroute.graph.state import (
     RW_MAX,
 )
 from vecroute.packet.headers import ETH_P_IP, ETH_P_IPV6
+from vecroute.packet.node_ids import (
+    ERROR_DROP,
+    ICMP4_ERROR,
+    ICMP6_ERROR,
+    IP4_LOCAL,
+    IP4_REWRITE,
+    IP6_LOCAL,
+    IP6_REWRITE,
+    SRV6_ENCAP,
+    SRV6_LOCALSID,
+)
 
 MAX_BUCKETS = 64
 NEVER = -(10**18)

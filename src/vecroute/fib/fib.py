@@ -15,11 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vecroute.control.config import Config, ConfigError, IPAddress, IPNetwork, format_mac
+from vecroute.config_types import Config, ConfigError, IPAddress, IPNetwork, format_mac
 from vecroute.fib.adjacency import MAX_BUCKETS, AdjacencyTable, AdjKey, LoadBalanceTable
-from vecroute.fib.lpm import Lpm
-from vecroute.fib.route_table import Route, RouteTable, bulk_arrays, bulk_key, no_collection
-from vecroute.graph.state import (
+from vecroute.fib.layout import (
     ADJ_GLEAN,
     ADJ_INCOMPLETE,
     ADJ_PROHIBIT,
@@ -38,10 +36,9 @@ from vecroute.graph.state import (
     IF6_LL,
     IF6_OTHER,
     IF_COLS,
-    OPT_FIB_GEN,
-    DataPlaneState,
-    icmp_bucket,
 )
+from vecroute.fib.lpm import Lpm
+from vecroute.fib.route_table import Route, RouteTable, bulk_arrays, bulk_key, no_collection
 
 MAX_TABLES = 256  # FIB tables per address family (each costs a 256 KiB trie root)
 
@@ -571,8 +568,9 @@ class Fib:
 
     # -- the data-path view -----------------------------------------------------------------
 
-    def state(self) -> DataPlaneState:
-        """A DataPlaneState over the current arrays (cheap: the big arrays are shared)."""
+    def interface_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ifc, if_mac, if_ip6): the interfaces as the data path reads them
+        (fib/layout.py's I_* and IF6_* columns)."""
         n = len(self.interfaces)
         ifc = np.zeros((n, IF_COLS), dtype=np.int32)
         if_mac = np.zeros((n, 6), dtype=np.uint8)
@@ -597,35 +595,14 @@ class Fib:
                 if_ip6[i, IF6_GLOBAL] = np.frombuffer(v6[0].ip.packed, dtype=np.uint8)
             for k, a in enumerate(a for a in itf.addresses if a.version == 6):
                 if_ip6[i, IF6_OTHER + k] = np.frombuffer(a.ip.packed, dtype=np.uint8)
-        host_keys, host_vals = self.lpm[6].host_table()
-        st = DataPlaneState(
-            ifc=ifc,
-            if_mac=if_mac,
-            if_ip6=if_ip6,
-            fib4_roots=self.lpm[4].roots,
-            fib4_groups=self.lpm[4].groups,
-            fib6_roots=self.lpm[6].roots,
-            fib6_groups=self.lpm[6].groups,
-            fib6_host_keys=host_keys,
-            fib6_host_vals=host_vals,
-            lb=self.lbs.lb,
-            lb_buckets=self.lbs.lb_buckets,
-            adj=self.adjs.adj,
-            adj_rw=self.adjs.adj_rw,
-            adj_last_req=self.adjs.adj_last_req,
-            icmp_tb=icmp_bucket(*self.icmp_rate),
-            sr_sid=self.srv6.sr_sid,
-            sr_pol=self.srv6.sr_pol,
-            sr_bucket=self.srv6.sr_bucket,
-            sr_list=self.srv6.sr_list,
-            sr_hdr=self.srv6.sr_hdr,
-            sr_cache=self.srv6.sr_cache,
-        )
-        st.opts[OPT_FIB_GEN] = (
-            self.lpm[4].generation + self.lpm[6].generation + self.srv6.generation
-            + self.adjs.generation
-        )
-        return st
+        return ifc, if_mac, if_ip6
+
+    @property
+    def generation(self) -> int:
+        """Grows with every change of the tables: SR policies' first-hop caches compare it
+        (the data path's OPT_FIB_GEN)."""
+        return (self.lpm[4].generation + self.lpm[6].generation + self.srv6.generation
+                + self.adjs.generation)
 
     def describe_paths(self, route: Route) -> str:
         if route.kind == "local":

@@ -22,7 +22,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from vecroute.control.config import IPAddress, IPNetwork
+from vecroute.config_types import IPAddress, IPNetwork
 
 _M64 = (1 << 64) - 1
 _MISSING = object()

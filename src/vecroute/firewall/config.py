@@ -33,12 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vecroute.control.config import (
-    MAX_CONFIG_BYTES,
-    ConfigError,
-    FileReadError,
-    read_regular_file,
-)
+from vecroute.config_types import MAX_CONFIG_BYTES, ConfigError, FileReadError, read_regular_file
 from vecroute.firewall.rules import (
     IFACE_OPTIONS,
     TABLE_NAME_RE,

@@ -810,7 +810,7 @@ class FwTables:
 
     def add_file(self, name: str, path: str | Path) -> int:
         """Add a table file's lines (a regular file of at most MAX_TABLE_FILE bytes)."""
-        from vecroute.control.config import FileReadError, read_regular_file
+        from vecroute.config_types import FileReadError, read_regular_file
 
         p = Path(path)
         try:

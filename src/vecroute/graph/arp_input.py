@@ -10,15 +10,16 @@ for it.
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import A_TYPE, ADJ_LOCAL
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.local import punt
 from vecroute.graph.lookup import resolve4
-from vecroute.graph.node_ids import INTERFACE_OUTPUT
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import A_TYPE, ADJ_LOCAL, OPT_LIVE
+from vecroute.graph.state import OPT_LIVE
 from vecroute.packet.batch import M_FIB, M_L3, M_LEN, M_OFF, M_RX, M_TX, alloc_slot
 from vecroute.packet.headers import ARP_LEN, rd16, rd32, wr16
+from vecroute.packet.node_ids import INTERFACE_OUTPUT
 
 NODES = (
     NodeDecl(

@@ -10,12 +10,44 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vecroute.control.config import Config
+from vecroute.config_types import Config
 from vecroute.fib.fib import Fib
 from vecroute.firewall.firewall import Firewall, firewall_from_config
 from vecroute.graph.dispatch import Graph
-from vecroute.graph.state import DataPlaneState
+from vecroute.graph.state import OPT_FIB_GEN, DataPlaneState, icmp_bucket
 from vecroute.packet.batch import PacketBatch
+
+
+def fib_state(fib: Fib) -> DataPlaneState:
+    """A DataPlaneState over the FIB's current arrays (cheap: the big arrays are shared),
+    with a fresh runtime."""
+    ifc, if_mac, if_ip6 = fib.interface_arrays()
+    host_keys, host_vals = fib.lpm[6].host_table()
+    st = DataPlaneState(
+        ifc=ifc,
+        if_mac=if_mac,
+        if_ip6=if_ip6,
+        fib4_roots=fib.lpm[4].roots,
+        fib4_groups=fib.lpm[4].groups,
+        fib6_roots=fib.lpm[6].roots,
+        fib6_groups=fib.lpm[6].groups,
+        fib6_host_keys=host_keys,
+        fib6_host_vals=host_vals,
+        lb=fib.lbs.lb,
+        lb_buckets=fib.lbs.lb_buckets,
+        adj=fib.adjs.adj,
+        adj_rw=fib.adjs.adj_rw,
+        adj_last_req=fib.adjs.adj_last_req,
+        icmp_tb=icmp_bucket(*fib.icmp_rate),
+        sr_sid=fib.srv6.sr_sid,
+        sr_pol=fib.srv6.sr_pol,
+        sr_bucket=fib.srv6.sr_bucket,
+        sr_list=fib.srv6.sr_list,
+        sr_hdr=fib.srv6.sr_hdr,
+        sr_cache=fib.srv6.sr_cache,
+    )
+    st.opts[OPT_FIB_GEN] = fib.generation
+    return st
 
 
 @dataclass
@@ -26,7 +58,7 @@ class DataPlane:
 
     def tables(self) -> DataPlaneState:
         """The FIB's current arrays (with a fresh runtime)."""
-        return self.fib.state()
+        return fib_state(self.fib)
 
     def new_firewall(self) -> Firewall | None:
         """Another firewall from the same configuration (each worker has its own)."""
@@ -34,7 +66,7 @@ class DataPlane:
 
     def graph(self, batch: PacketBatch) -> Graph:
         """A graph over these tables and this firewall, for one batch buffer."""
-        return Graph(self.fib.state(), batch, self.firewall)
+        return Graph(fib_state(self.fib), batch, self.firewall)
 
 
 def build_dataplane(cfg: Config, macs: dict[str, bytes] | None = None) -> DataPlane:

@@ -14,7 +14,6 @@ from numba import njit, types
 
 from vecroute.firewall.keys import K_COLS
 from vecroute.firewall.layout import DIR_IN, DIR_OUT, FW
-from vecroute.graph import node_ids as N
 from vecroute.graph.arp_input import arp_input
 from vecroute.graph.call import GraphCall, new_graph_call
 from vecroute.graph.cycles import readcyclecounter
@@ -58,6 +57,7 @@ from vecroute.graph.trace import (
     trace_record_fw,
     trace_select,
 )
+from vecroute.packet import node_ids as N
 from vecroute.packet.batch import F_INJ_L2, M_FLAGS, M_NEXT, PacketBatch
 
 

@@ -2,11 +2,11 @@
 
 from numba import njit
 
+from vecroute.fib.layout import I_FIB4, I_FIB6
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
-from vecroute.graph.node_ids import ARP_INPUT, IP4_INPUT, IP6_INPUT
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import I_FIB4, I_FIB6, IFS_RX_BYTES, IFS_RX_PKTS
+from vecroute.graph.state import IFS_RX_BYTES, IFS_RX_PKTS
 from vecroute.packet.batch import (
     F_GSO,
     F_IP6,
@@ -20,6 +20,7 @@ from vecroute.packet.batch import (
     MAX_FRAME,
 )
 from vecroute.packet.headers import ETH_HLEN, ETH_P_ARP, ETH_P_IP, ETH_P_IPV6, rd16
+from vecroute.packet.node_ids import ARP_INPUT, IP4_INPUT, IP6_INPUT
 
 NODES = (
     NodeDecl(

@@ -57,6 +57,21 @@ import numpy as np
 from numba import njit
 
 from vecroute.fib.host6 import host6_lookup
+from vecroute.fib.layout import (
+    A_IF,
+    A_NH4,
+    A_RWLEN,
+    A_SR_LIST,
+    A_TYPE,
+    ADJ_REWRITE,
+    ADJ_SRV6_ENCAP,
+    ADJ_SRV6_LOCALSID,
+    I_FIB4,
+    I_FIB6,
+    I_MTU,
+    LB_N,
+    LB_START,
+)
 from vecroute.fib.lpm_kernels import lpm4_lookup_vec_in, lpm6_lookup_vec_in
 from vecroute.firewall.classify import fw_batch_tables, fw_count, fw_count_many
 from vecroute.firewall.keys import TK_ROWS
@@ -67,22 +82,6 @@ from vecroute.graph.cycles import readcyclecounter
 from vecroute.graph.firewall import fw_act, fw_classify, table_keys
 from vecroute.graph.flow_hash import flow_hash4_at, flow_hash6_at, flow_hash6_dst
 from vecroute.graph.frames import enqueue
-from vecroute.graph.node_ids import (
-    DONE_TX,
-    ETHERNET_INPUT,
-    FW_IN,
-    FW_OUT,
-    INTERFACE_OUTPUT,
-    IP4_INPUT,
-    IP4_LOOKUP,
-    IP4_REWRITE,
-    IP6_INPUT,
-    IP6_LOOKUP,
-    IP6_REWRITE,
-    N_NODES,
-    SRV6_ENCAP,
-    SRV6_LOCALSID,
-)
 from vecroute.graph.rewrite import redirect4_wanted_at, redirect6_wanted_at
 from vecroute.graph.srv6_encap import first_hop_miss, write_outer
 from vecroute.graph.srv6_localsid import (
@@ -96,43 +95,19 @@ from vecroute.graph.srv6_localsid import (
     FLAVOR_PSP,
 )
 from vecroute.graph.state import (
-    A_IF,
-    A_NH4,
-    A_RWLEN,
-    A_SR_LIST,
-    A_TYPE,
-    ADJ_REWRITE,
-    ADJ_SRV6_ENCAP,
-    ADJ_SRV6_LOCALSID,
-    CACHE_ADJ,
-    CACHE_GEN,
-    CACHE_LB,
     FW_OUT_REPEATS,
     FW_RUN_IN,
     FW_RUN_OUT,
     FW_TABLES,
-    I_FIB4,
-    I_FIB6,
-    I_MTU,
     IFS_RX_BYTES,
     IFS_RX_PKTS,
     IFS_TX_BYTES,
     IFS_TX_PKTS,
-    LB_N,
-    LB_START,
-    LIST_HDRLEN,
     NS_CALLS,
     NS_CLOCKS,
     NS_PACKETS,
     OPT_FIB_GEN,
     OPT_FW,
-    POL_BN,
-    POL_BSTART,
-    SID_ADJ,
-    SID_BEHAVIOR,
-    SID_FIB4,
-    SID_FIB6,
-    SID_FLAVOR,
 )
 from vecroute.graph.token_bucket import has_token
 from vecroute.packet.batch import (
@@ -178,6 +153,35 @@ from vecroute.packet.headers import (
     rd64,
 )
 from vecroute.packet.intrinsics import memcpy
+from vecroute.packet.node_ids import (
+    DONE_TX,
+    ETHERNET_INPUT,
+    FW_IN,
+    FW_OUT,
+    INTERFACE_OUTPUT,
+    IP4_INPUT,
+    IP4_LOOKUP,
+    IP4_REWRITE,
+    IP6_INPUT,
+    IP6_LOOKUP,
+    IP6_REWRITE,
+    N_NODES,
+    SRV6_ENCAP,
+    SRV6_LOCALSID,
+)
+from vecroute.srv6.layout import (
+    CACHE_ADJ,
+    CACHE_GEN,
+    CACHE_LB,
+    LIST_HDRLEN,
+    POL_BN,
+    POL_BSTART,
+    SID_ADJ,
+    SID_BEHAVIOR,
+    SID_FIB4,
+    SID_FIB6,
+    SID_FLAVOR,
+)
 
 
 @njit(cache=True, inline="always")

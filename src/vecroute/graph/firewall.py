@@ -24,6 +24,7 @@ one, the ``opts[OPT_FW]`` bits say which directions run.
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import A_IF
 from vecroute.firewall.classify import fw_batch, fw_batch_tables, fw_count_many
 from vecroute.firewall.keys import (
     K_RX,
@@ -50,16 +51,8 @@ from vecroute.firewall.states import FC_COUNT
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.ip6_input import walk_ext_headers
-from vecroute.graph.node_ids import (
-    INTERFACE_OUTPUT,
-    IP4_LOOKUP,
-    IP4_REWRITE,
-    IP6_LOOKUP,
-    IP6_REWRITE,
-    TCP_RESET,
-)
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import A_IF, FW_TABLES, FW_TRIVIAL_IN, OPT_FW
+from vecroute.graph.state import FW_TABLES, FW_TRIVIAL_IN, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
@@ -78,6 +71,14 @@ from vecroute.packet.batch import (
     M_TX,
 )
 from vecroute.packet.headers import ip_length, rd16, rd32, rd64
+from vecroute.packet.node_ids import (
+    INTERFACE_OUTPUT,
+    IP4_LOOKUP,
+    IP4_REWRITE,
+    IP6_LOOKUP,
+    IP6_REWRITE,
+    TCP_RESET,
+)
 
 NODES = (
     NodeDecl(

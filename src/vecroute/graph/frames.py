@@ -4,9 +4,9 @@ import numpy as np
 from numba import njit
 
 from vecroute.graph.counters import C_HOST_PUNT
-from vecroute.graph.node_ids import ERROR_DROP, GSO_SEGMENT, ICMP4_ERROR, ICMP6_ERROR, PUNT
 from vecroute.graph.state import IFS_PUNTS
 from vecroute.packet.batch import F_GSO, M_AUX, M_AUX2, M_ERR, M_FLAGS, M_NEXT, M_RX
+from vecroute.packet.node_ids import ERROR_DROP, GSO_SEGMENT, ICMP4_ERROR, ICMP6_ERROR, PUNT
 
 
 @njit(cache=True, inline="always")

@@ -16,7 +16,6 @@ from numba import njit
 
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
-from vecroute.graph.node_ids import DONE_DROP, GSO_SEGMENT
 from vecroute.graph.registry import NodeDecl
 from vecroute.packet.batch import (
     F_CSUM_PARTIAL,
@@ -41,6 +40,7 @@ from vecroute.packet.batch import (
     M_TX,
 )
 from vecroute.packet.gso import GSO_WAIT, VNET_F_NEEDS_CSUM, VNET_GSO_UDP_L4, segment
+from vecroute.packet.node_ids import DONE_DROP, GSO_SEGMENT
 
 NODES = (
     NodeDecl(

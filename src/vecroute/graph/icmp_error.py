@@ -16,16 +16,7 @@ icmp_msgs_per_sec / _burst). ``icmp-error-sent`` counts errors when they leave.
 import numpy as np
 from numba import njit
 
-from vecroute.graph import counters as C
-from vecroute.graph.flow_hash import mix64
-from vecroute.graph.frames import enqueue
-from vecroute.graph.ip4_input import is_link_local4, is_martian4
-from vecroute.graph.ip6_input import is_our_ll
-from vecroute.graph.lookup import resolve4, resolve6, to_adjacency
-from vecroute.graph.node_ids import ERROR_DROP
-from vecroute.graph.registry import NodeDecl
-from vecroute.graph.rewrite import save_reply_mac
-from vecroute.graph.state import (
+from vecroute.fib.layout import (
     A_IF,
     A_NH4,
     A_TYPE,
@@ -34,9 +25,16 @@ from vecroute.graph.state import (
     I_REPLY_ADJ,
     IF6_GLOBAL,
     IF6_LL,
-    IFS_DROPS,
-    TB_IP_ID,
 )
+from vecroute.graph import counters as C
+from vecroute.graph.flow_hash import mix64
+from vecroute.graph.frames import enqueue
+from vecroute.graph.ip4_input import is_link_local4, is_martian4
+from vecroute.graph.ip6_input import is_our_ll
+from vecroute.graph.lookup import resolve4, resolve6, to_adjacency
+from vecroute.graph.registry import NodeDecl
+from vecroute.graph.rewrite import save_reply_mac
+from vecroute.graph.state import IFS_DROPS, TB_IP_ID
 from vecroute.graph.token_bucket import take_token
 from vecroute.packet.batch import (
     F_ANSWER,
@@ -77,6 +75,7 @@ from vecroute.packet.headers import (
     wr16,
     wr32,
 )
+from vecroute.packet.node_ids import ERROR_DROP
 
 NODES = (
     NodeDecl(

@@ -9,12 +9,11 @@ last piece. Each fragment gets the adjacency's L2 rewrite and goes to interface-
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import A_IF, I_MTU
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue
-from vecroute.graph.node_ids import FREE, INTERFACE_OUTPUT
 from vecroute.graph.registry import NodeDecl
 from vecroute.graph.rewrite import count_answer, rewrite_l2
-from vecroute.graph.state import A_IF, I_MTU
 from vecroute.packet.batch import (
     F_ANSWER,
     F_FRAG,
@@ -41,6 +40,7 @@ from vecroute.packet.batch import (
 )
 from vecroute.packet.checksum import checksum
 from vecroute.packet.headers import IP4_HLEN, rd16, wr16
+from vecroute.packet.node_ids import FREE, INTERFACE_OUTPUT
 
 NODES = (
     NodeDecl(

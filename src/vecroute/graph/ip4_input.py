@@ -8,11 +8,11 @@ upper-layer offset and fragment flags for later nodes.
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import I_HOST
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, host_punt
-from vecroute.graph.node_ids import FW_IN, IP4_LOCAL, IP4_LOOKUP
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import FW_RUN_IN, I_HOST, OPT_FW
+from vecroute.graph.state import FW_RUN_IN, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
@@ -28,6 +28,7 @@ from vecroute.packet.batch import (
 )
 from vecroute.packet.checksum import fold, sum_bytes
 from vecroute.packet.headers import IP4_HLEN, PROTO_ICMP, rd16, rd32
+from vecroute.packet.node_ids import FW_IN, IP4_LOCAL, IP4_LOOKUP
 
 NODES = (
     NodeDecl(

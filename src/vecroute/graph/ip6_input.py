@@ -10,11 +10,11 @@ Link-local destinations are never routed.
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import I_HOST, IF6_LL
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, host_punt, icmp_error
-from vecroute.graph.node_ids import FW_IN, IP6_LOCAL, IP6_LOOKUP
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import FW_RUN_IN, I_HOST, IF6_LL, OPT_FW
+from vecroute.graph.state import FW_RUN_IN, OPT_FW
 from vecroute.packet.batch import (
     F_FRAG,
     F_FRAG_NONFIRST,
@@ -40,6 +40,7 @@ from vecroute.packet.headers import (
     rd16,
     rd64,
 )
+from vecroute.packet.node_ids import FW_IN, IP6_LOCAL, IP6_LOOKUP
 
 NODES = (
     NodeDecl(

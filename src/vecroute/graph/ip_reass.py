@@ -28,7 +28,6 @@ from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import mix64
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.ip6_input import MAX_EXT_HEADERS, walk_ext_headers
-from vecroute.graph.node_ids import IP4_LOCAL, IP6_LOCAL
 from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import (
     RC_FIRSTLEN,
@@ -101,6 +100,7 @@ from vecroute.packet.headers import (
     wr16,
 )
 from vecroute.packet.intrinsics import memcpy
+from vecroute.packet.node_ids import IP4_LOCAL, IP6_LOCAL
 
 NODES = (
     NodeDecl(

@@ -15,28 +15,13 @@ no SRv6 SID for this address, and RH0 is never processed, RFC 5095).
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import A_NH4, A_TYPE, ADJ_LOCAL, I_HOST, IF6_GLOBAL, IF6_LL, LOCAL_ANYCAST
 from vecroute.graph import counters as C
 from vecroute.graph.frames import drop, enqueue, host_punt, icmp_error, punt
 from vecroute.graph.icmp_error import answer_on_link
 from vecroute.graph.ip4_input import is_link_local4
 from vecroute.graph.ip6_input import OPT_OK, option_verdict, scan_options
-from vecroute.graph.node_ids import (
-    IP4_LOOKUP,
-    IP4_REASS,
-    IP6_LOOKUP,
-    IP6_REASS,
-    TCP_RESET,
-)
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import (
-    A_NH4,
-    A_TYPE,
-    ADJ_LOCAL,
-    I_HOST,
-    IF6_GLOBAL,
-    IF6_LL,
-    LOCAL_ANYCAST,
-)
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
     F_FRAG,
@@ -86,6 +71,13 @@ from vecroute.packet.headers import (
     rd16,
     rd32,
     wr16,
+)
+from vecroute.packet.node_ids import (
+    IP4_LOOKUP,
+    IP4_REASS,
+    IP6_LOOKUP,
+    IP6_REASS,
+    TCP_RESET,
 )
 
 NODES = (

@@ -8,24 +8,7 @@ this node looks the route up again.
 import numpy as np
 from numba import njit
 
-from vecroute.fib.lpm import lpm4_lookup, lpm6_lookup
-from vecroute.fib.lpm_kernels import lpm4_lookup_vec, lpm6_lookup_vec
-from vecroute.graph import counters as C
-from vecroute.graph.flow_hash import flow_hash4, flow_hash6
-from vecroute.graph.frames import drop, enqueue, icmp_error
-from vecroute.graph.gso_segment import divert
-from vecroute.graph.node_ids import (
-    ERROR_DROP,
-    FW_OUT,
-    ICMP4_ERROR,
-    ICMP6_ERROR,
-    IP4_REWRITE,
-    IP6_REWRITE,
-    SRV6_ENCAP,
-    SRV6_LOCALSID,
-)
-from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import (
+from vecroute.fib.layout import (
     A_IF,
     A_NEXT4,
     A_NEXT6,
@@ -33,11 +16,17 @@ from vecroute.graph.state import (
     ADJ_DROP,
     ADJ_LOCAL,
     ADJ_PROHIBIT,
-    FW_RUN_OUT,
     LB_N,
     LB_START,
-    OPT_FW,
 )
+from vecroute.fib.lpm import lpm4_lookup, lpm6_lookup
+from vecroute.fib.lpm_kernels import lpm4_lookup_vec, lpm6_lookup_vec
+from vecroute.graph import counters as C
+from vecroute.graph.flow_hash import flow_hash4, flow_hash6
+from vecroute.graph.frames import drop, enqueue, icmp_error
+from vecroute.graph.gso_segment import divert
+from vecroute.graph.registry import NodeDecl
+from vecroute.graph.state import FW_RUN_OUT, OPT_FW
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
     F_FW_SKIP,
@@ -63,6 +52,16 @@ from vecroute.packet.headers import (
     ICMP6_TIME_EXCEEDED,
     rd32,
     rd64,
+)
+from vecroute.packet.node_ids import (
+    ERROR_DROP,
+    FW_OUT,
+    ICMP4_ERROR,
+    ICMP6_ERROR,
+    IP4_REWRITE,
+    IP6_REWRITE,
+    SRV6_ENCAP,
+    SRV6_LOCALSID,
 )
 
 NODES = (

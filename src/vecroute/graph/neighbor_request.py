@@ -10,23 +10,13 @@ neighbour up per packet.
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import A_FAMILY, A_IF, A_NH4, A_NH6, A_TYPE, ADJ_GLEAN, I_IP4, IF6_LL
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import mix64
 from vecroute.graph.frames import drop, enqueue
 from vecroute.graph.local import punt
-from vecroute.graph.node_ids import INTERFACE_OUTPUT
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import (
-    A_FAMILY,
-    A_IF,
-    A_NH4,
-    A_NH6,
-    A_TYPE,
-    ADJ_GLEAN,
-    I_IP4,
-    IF6_LL,
-    OPT_LIVE,
-)
+from vecroute.graph.state import OPT_LIVE
 from vecroute.packet.batch import (
     F_IP6,
     HEADROOM,
@@ -52,6 +42,7 @@ from vecroute.packet.headers import (
     wr16,
     wr32,
 )
+from vecroute.packet.node_ids import INTERFACE_OUTPUT
 
 NODES = (
     NodeDecl(

@@ -9,7 +9,6 @@ built, that it never left); punt leaves the packet in place for the control plan
 from numba import njit
 
 from vecroute.graph import counters as C
-from vecroute.graph.node_ids import DONE_DROP, DONE_PUNT, DONE_TX
 from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import IFS_DROPS, IFS_TX_BYTES, IFS_TX_PKTS
 from vecroute.packet.batch import (
@@ -22,6 +21,7 @@ from vecroute.packet.batch import (
     M_RX,
     M_TX,
 )
+from vecroute.packet.node_ids import DONE_DROP, DONE_PUNT, DONE_TX
 
 NODES = (
     NodeDecl(

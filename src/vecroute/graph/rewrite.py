@@ -13,12 +13,7 @@ and an IPv6 packet to a destination on the sender's own link an ND redirect (RFC
 import numpy as np
 from numba import njit
 
-from vecroute.graph import counters as C
-from vecroute.graph.frames import enqueue, icmp_error
-from vecroute.graph.gso_segment import divert, segment_l3_len
-from vecroute.graph.node_ids import INTERFACE_OUTPUT, IP4_FRAG, IP4_REWRITE, NEIGHBOR_REQUEST
-from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import (
+from vecroute.fib.layout import (
     A_FAMILY,
     A_IF,
     A_NH4,
@@ -33,6 +28,10 @@ from vecroute.graph.state import (
     I_REDIRECTS,
     IF6_LL,
 )
+from vecroute.graph import counters as C
+from vecroute.graph.frames import enqueue, icmp_error
+from vecroute.graph.gso_segment import divert, segment_l3_len
+from vecroute.graph.registry import NodeDecl
 from vecroute.graph.token_bucket import has_token, take_token
 from vecroute.packet.batch import (
     F_ANSWER,
@@ -82,6 +81,7 @@ from vecroute.packet.headers import (
     wr32,
 )
 from vecroute.packet.intrinsics import memcpy
+from vecroute.packet.node_ids import INTERFACE_OUTPUT, IP4_FRAG, IP4_REWRITE, NEIGHBOR_REQUEST
 
 NODES = (
     NodeDecl(

@@ -13,31 +13,14 @@ outer gets none.
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import A_IF, A_NH4, A_TYPE, ADJ_REWRITE, I_MTU, LB_N, LB_START
 from vecroute.fib.lpm import lpm6_lookup
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import flow_hash4, flow_hash6
 from vecroute.graph.frames import drop, enqueue, icmp_error
 from vecroute.graph.lookup import to_adjacency
-from vecroute.graph.node_ids import IP6_REWRITE
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import (
-    A_IF,
-    A_NH4,
-    A_TYPE,
-    ADJ_REWRITE,
-    CACHE_ADJ,
-    CACHE_GEN,
-    CACHE_LB,
-    I_MTU,
-    LB_N,
-    LB_START,
-    LIST_FIB,
-    LIST_HDRLEN,
-    LIST_SRH,
-    OPT_FIB_GEN,
-    POL_BN,
-    POL_BSTART,
-)
+from vecroute.graph.state import OPT_FIB_GEN
 from vecroute.packet.batch import (
     F_ANSWER,
     F_FW_SKIP,
@@ -72,6 +55,17 @@ from vecroute.packet.headers import (
     rd64,
 )
 from vecroute.packet.intrinsics import store_be16, store_be32
+from vecroute.packet.node_ids import IP6_REWRITE
+from vecroute.srv6.layout import (
+    CACHE_ADJ,
+    CACHE_GEN,
+    CACHE_LB,
+    LIST_FIB,
+    LIST_HDRLEN,
+    LIST_SRH,
+    POL_BN,
+    POL_BSTART,
+)
 
 NODES = (
     NodeDecl(

@@ -17,19 +17,11 @@ verified.
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import A_NH4
 from vecroute.graph import counters as C
 from vecroute.graph.frames import enqueue, icmp_error
 from vecroute.graph.lookup import to_adjacency
-from vecroute.graph.node_ids import IP4_INPUT, IP6_INPUT, IP6_LOCAL, IP6_LOOKUP
 from vecroute.graph.registry import NodeDecl
-from vecroute.graph.state import (
-    A_NH4,
-    SID_ADJ,
-    SID_BEHAVIOR,
-    SID_FIB4,
-    SID_FIB6,
-    SID_FLAVOR,
-)
 from vecroute.packet.batch import (
     F_FORCED_ADJ,
     F_HLIM_DONE,
@@ -57,6 +49,8 @@ from vecroute.packet.headers import (
     rd16,
     wr16,
 )
+from vecroute.packet.node_ids import IP4_INPUT, IP6_INPUT, IP6_LOCAL, IP6_LOOKUP
+from vecroute.srv6.layout import SID_ADJ, SID_BEHAVIOR, SID_FIB4, SID_FIB6, SID_FLAVOR
 
 NODES = (
     NodeDecl(

@@ -23,7 +23,6 @@ from vecroute.graph import counters as C
 from vecroute.graph.frames import enqueue
 from vecroute.graph.icmp_error import answer_on_link, count_drop, give_up
 from vecroute.graph.ip4_input import is_link_local4, is_martian4
-from vecroute.graph.node_ids import IP4_LOOKUP, IP6_LOOKUP
 from vecroute.graph.registry import NodeDecl
 from vecroute.graph.state import TB_IP_ID, TB_RST
 from vecroute.graph.token_bucket import take_token_at
@@ -45,6 +44,7 @@ from vecroute.packet.batch import (
 )
 from vecroute.packet.checksum import checksum, pseudo_header4, pseudo_header6
 from vecroute.packet.headers import IP4_HLEN, IP6_HLEN, PROTO_TCP, rd16, rd32, wr16, wr32
+from vecroute.packet.node_ids import IP4_LOOKUP, IP6_LOOKUP
 
 NODES = (
     NodeDecl(

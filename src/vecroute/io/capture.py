@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from vecroute.graph.node_ids import DONE_DROP
 from vecroute.io.channel import REC_BYTES, ring_publish, ring_slot
 from vecroute.packet.batch import M_ERR, M_LEN, M_NEXT, M_OFF, M_RX, M_TX
 from vecroute.packet.intrinsics import memcpy
+from vecroute.packet.node_ids import DONE_DROP
 
 CAPTURE_RING = 4096  # records per worker (8 MiB of shared memory, mapped when touched)
 

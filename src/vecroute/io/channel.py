@@ -20,29 +20,10 @@ import mmap
 import numpy as np
 from numba import njit
 
+from vecroute.fib.layout import A_FAMILY, A_IF, A_NH4, A_NH6, A_TYPE, ADJ_GLEAN
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import mix64
-from vecroute.graph.node_ids import (
-    DONE_PUNT,
-    ICMP4_ERROR,
-    ICMP6_ERROR,
-    INTERFACE_OUTPUT,
-    IP4_LOOKUP,
-    IP6_LOOKUP,
-)
-from vecroute.graph.state import (
-    A_FAMILY,
-    A_IF,
-    A_NH4,
-    A_NH6,
-    A_TYPE,
-    ADJ_GLEAN,
-    TB_BURST,
-    TB_COLS,
-    TB_CREDIT,
-    TB_LAST,
-    TB_RATE,
-)
+from vecroute.graph.state import TB_BURST, TB_COLS, TB_CREDIT, TB_LAST, TB_RATE
 from vecroute.graph.token_bucket import NANO, has_token
 from vecroute.io.syscalls import fence
 from vecroute.packet.batch import (
@@ -67,6 +48,14 @@ from vecroute.packet.batch import (
     reset_slot,
 )
 from vecroute.packet.headers import rd32
+from vecroute.packet.node_ids import (
+    DONE_PUNT,
+    ICMP4_ERROR,
+    ICMP6_ERROR,
+    INTERFACE_OUTPUT,
+    IP4_LOOKUP,
+    IP6_LOOKUP,
+)
 
 REC_BYTES = 2048
 INJECT_MAX = SLOT - HEADROOM - 16  # the most an injected record may hold (2032 bytes)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vecroute.control.config import Config
+from vecroute.config_types import Config
 from vecroute.firewall.states import state_capacity_limit
 from vecroute.graph.dataplane import build_dataplane
 from vecroute.io import replay_loop as L

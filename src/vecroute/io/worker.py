@@ -180,7 +180,7 @@ class DataPlaneWorker:
         return fut
 
     def swap(self, state: DataPlaneState) -> Future:
-        """Install new tables (a fresh fib.state()) between two batches."""
+        """Install new tables (a fresh fib_state(fib)) between two batches."""
         return self.call(lambda w: w.graph.swap_state(state))
 
     def request_stop(self) -> None:

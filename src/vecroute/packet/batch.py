@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from vecroute.graph.node_ids import ETHERNET_INPUT, FREE
 from vecroute.packet.headers import copy_bytes
 from vecroute.packet.intrinsics import memcpy
+from vecroute.packet.node_ids import ETHERNET_INPUT, FREE
 
 HEADROOM = 256
 SLOT = 2304

@@ -7,14 +7,14 @@ from __future__ import annotations
 import ipaddress
 from typing import TYPE_CHECKING, Any
 
-from vecroute.control.config import ConfigError, _Reader
+from vecroute.config_types import ConfigError, TableReader
 from vecroute.srv6.tables import BEHAVIORS, MODES, LocalSid, Policy, Srv6Error
 
 if TYPE_CHECKING:
     from vecroute.fib.fib import Fib
 
 
-def _v6(r: _Reader, key: str, text: Any) -> ipaddress.IPv6Address:
+def _v6(r: TableReader, key: str, text: Any) -> ipaddress.IPv6Address:
     # IPv6Address(5) would quietly be ::5; "fe80::1%eth0" (a scope) is no SRv6 address
     if not isinstance(text, str) or "%" in text:
         raise r.err(key, f"{text!r} is not an IPv6 address")
@@ -24,7 +24,7 @@ def _v6(r: _Reader, key: str, text: Any) -> ipaddress.IPv6Address:
         raise r.err(key, f"{text!r} is not an IPv6 address") from None
 
 
-def _segments(r: _Reader, key: str, v: Any) -> list[ipaddress.IPv6Address]:
+def _segments(r: TableReader, key: str, v: Any) -> list[ipaddress.IPv6Address]:
     if not isinstance(v, list) or not v:
         raise r.err(key, "expected a non-empty list of IPv6 segments")
     return [_v6(r, key, s) for s in v]
@@ -32,7 +32,7 @@ def _segments(r: _Reader, key: str, v: Any) -> list[ipaddress.IPv6Address]:
 
 def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
     """Validate [srv6] and install it; raises ConfigError (one line)."""
-    top = _Reader(path, "srv6", section, {"encap_source", "localsids", "policies", "steering"})
+    top = TableReader(path, "srv6", section, {"encap_source", "localsids", "policies", "steering"})
     for key in ("localsids", "policies", "steering"):  # `localsids = 5` is no list to walk
         if not isinstance(section.get(key, []), list):
             raise top.err(key, f"expected an array of tables ([[srv6.{key}]]), got "
@@ -40,7 +40,7 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
     if "encap_source" in section:
         fib.srv6.encap_source = _v6(top, "encap_source", section["encap_source"])
     for n, t in enumerate(section.get("localsids", [])):
-        r = _Reader(path, f"srv6.localsids[{n}]", t, {"sid", "behavior", "nh", "table",
+        r = TableReader(path, f"srv6.localsids[{n}]", t, {"sid", "behavior", "nh", "table",
                                                       "flavor", "fib_table"})
         text = r.get("sid", str, required=True)
         try:
@@ -70,7 +70,7 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
                    else "sid" if "already" in msg else "behavior")
             raise r.err(key, msg) from None
     for n, t in enumerate(section.get("policies", [])):
-        r = _Reader(path, f"srv6.policies[{n}]", t, {"bsid", "mode", "segments",
+        r = TableReader(path, f"srv6.policies[{n}]", t, {"bsid", "mode", "segments",
                                                      "segment_lists", "source", "table"})
         bsid = _v6(r, "bsid", r.get("bsid", str, required=True))
         mode = r.get("mode", str, "encap")
@@ -83,7 +83,7 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
         else:
             lists = []
             for m, sl in enumerate(r.get("segment_lists", list)):
-                rr = _Reader(path, f"srv6.policies[{n}].segment_lists[{m}]", sl,
+                rr = TableReader(path, f"srv6.policies[{n}].segment_lists[{m}]", sl,
                              {"segments", "weight"})
                 lists.append((_segments(rr, "segments", sl.get("segments")),
                               rr.int_range("weight", 1, 1, 64)))
@@ -94,7 +94,7 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
         except (Srv6Error, ValueError) as e:
             raise r.err("bsid" if "already" in str(e) else "segments", str(e)) from None
     for n, t in enumerate(section.get("steering", [])):
-        r = _Reader(path, f"srv6.steering[{n}]", t, {"prefix", "bsid", "table"})
+        r = TableReader(path, f"srv6.steering[{n}]", t, {"prefix", "bsid", "table"})
         try:
             text = r.get("prefix", str, required=True)
             if "%" in text:

@@ -18,11 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vecroute.fib.adjacency import AdjKey
-from vecroute.graph.state import (
-    A_NH4,
-    A_SR_LIST,
-    ADJ_SRV6_ENCAP,
-    ADJ_SRV6_LOCALSID,
+from vecroute.fib.layout import A_NH4, A_SR_LIST, ADJ_SRV6_ENCAP, ADJ_SRV6_LOCALSID
+from vecroute.srv6.layout import (
     CACHE_COLS,
     LIST_COLS,
     LIST_FIB,
