@@ -47,7 +47,7 @@ def build_fib(path: Path, limit: int | None):
             nh = ipaddress.ip_address(ip)
             if k % 2 == 0:  # half resolved, half incomplete
                 fib.add_neighbor(nh, bytes([2, 0, 0, 0, 0xAA, k]), "eth0")
-            nhs[fam].append((nh, fib.lbs.get([fib._nh_adjacency(0, nh)])))
+            nhs[fam].append((nh, fib.lbs.get([fib.nh_adjacency(0, nh)])))
     for fam, nets, lens in (
         (4, (ipaddress.IPv4Network((int(a), int(n))) for a, n in zip(a4, l4, strict=True)), l4),
         (

@@ -4,7 +4,9 @@
 
 The variants and their frames are those of the `vecroute bench srv6` experiment
 (bench/experiments/srv6.py): plain IPv6 and IPv4 forwarding, H.Encaps with 1, 2 and 3
-segments (IPv6 and IPv4 inner), H.Encaps.Red with 2 segments, End and End.DX6, at 78-byte
+segments (IPv6 and IPv4 inner; with 2 segments also "encaps2in", the outer flow label
+copied from the inner packet as Linux does by default, the seed's setting, instead of
+vecroute's default flow hash), H.Encaps.Red with 2 segments, End and End.DX6, at 78-byte
 and 1000-byte frames, measured in memory (PacketBatch.load + Graph.run, batches of 256),
 interleaved and repeated. Printed: a table (median [min .. max] per CPU-second and wall
 clock, the ratio to plain IPv6 forwarding of the same size, the targets), the seed's

@@ -42,8 +42,10 @@ def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
     """(line, module, names) of every vecroute import in a file, nested ones included."""
     out = []
     for n in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(n, ast.ImportFrom) and n.level == 0 and (n.module or "").startswith(
-                "vecroute"):
+        assert not (isinstance(n, ast.ImportFrom) and n.level), (
+            f"{path.name}:{n.lineno}: a relative import (name the module: the layers are "
+            "checked by name)")
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("vecroute"):
             mod = n.module
             for a in n.names:  # `from vecroute.graph import state`: the module is the name
                 sub = f"{mod}.{a.name}"

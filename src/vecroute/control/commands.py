@@ -442,6 +442,7 @@ def _pcap(r: RouterControl, argv: list[str]) -> Reply:
 
 def _sr(r: RouterControl, argv: list[str]) -> Reply:
     """sr localsid|policy|steer add|del|show (VPP's `sr localsid address … behavior …`)."""
+    from vecroute.srv6.layout import FLOW_LABELS
     from vecroute.srv6.tables import BEHAVIORS, MAX_SEGMENTS, MODES, LocalSid, Policy
 
     what = _words(argv, 1, "localsid | policy | steer")
@@ -508,11 +509,16 @@ def _sr(r: RouterControl, argv: list[str]) -> Reply:
                 mode = kw.pop("mode", "encap")
                 if mode not in MODES:
                     raise CommandError(f"mode {_shown(mode)}: expected {' or '.join(MODES)}")
+                flow = kw.pop("flow-label", None)
+                if flow is not None and flow not in FLOW_LABELS:
+                    raise CommandError(f"flow-label {_shown(flow)}: expected "
+                                       f"{' or '.join(FLOW_LABELS)}")
                 pol = Policy(
                     bsid,
                     [(segs, _int(kw.pop("weight", "1"), "weight", MAX_BUCKETS, 1))],
                     mode,
                     src,
+                    flow_label=flow,
                 )
                 _no_more(kw)
                 r.fib.sr("add_policy", pol)
@@ -565,6 +571,7 @@ def _keywords(words: list[str], multi: set[str]) -> dict:
         "source",
         "weight",
         "mode",
+        "flow-label",
         "prefix",
         "via",
     }

@@ -200,8 +200,8 @@ class Fib:
         free it under the routes gathered for it): the caller lets it go."""
         if nh.version != family and not (family == 4 and nh.version == 6):
             raise RouteError(f"next hop {nh} is not IPv{family}")
-        ifx = self._connected_interface(nh, table)  # (whose interface made the table)
-        lb = self.lbs.get([self._nh_adjacency(ifx, nh, family)])
+        ifx = self.connected_interface(nh, table)  # (whose interface made the table)
+        lb = self.lbs.get([self.nh_adjacency(ifx, nh, family)])
         self.lbs.ref(lb)
         return (ifx, nh), lb
 
@@ -310,7 +310,8 @@ class Fib:
             self.lbs.unref(r.lb)
         return r
 
-    def _connected_interface(self, nh: IPAddress, table: int) -> int:
+    def connected_interface(self, nh: IPAddress, table: int) -> int:
+        """The interface of ``table`` whose subnet holds ``nh`` (RouteError if none)."""
         for ifx, itf in enumerate(self.interfaces):
             if itf.table != table:
                 continue
@@ -319,7 +320,7 @@ class Fib:
                     return ifx
         raise RouteError(f"next hop {nh} is not on a connected subnet of table {table}")
 
-    def _nh_adjacency(self, ifx: int, nh: IPAddress, family: int = 0) -> int:
+    def nh_adjacency(self, ifx: int, nh: IPAddress, family: int = 0) -> int:
         """The adjacency to next hop ``nh`` on ``ifx`` for packets of ``family`` (an IPv4
         route via an IPv6 next hop, RFC 5549, has an adjacency of its own: resolved
         with ND like the IPv6 one, its rewrite carries ethertype 0x0800)."""
@@ -366,7 +367,7 @@ class Fib:
             for nh in via:
                 if nh.version != prefix.version and not (prefix.version == 4 and nh.version == 6):
                     raise RouteError(f"next hop {nh} is not IPv{prefix.version}")
-                ifx = self.interface_index(dev) if dev else self._connected_interface(nh, table)
+                ifx = self.interface_index(dev) if dev else self.connected_interface(nh, table)
                 paths.append((ifx, nh))
             w = weights or [1] * len(via)
             if len(w) != len(via) or not all(
@@ -389,7 +390,7 @@ class Fib:
         if blackhole:
             lb = self.lbs.get([self.special_adjacency(reject or "blackhole")])
         elif via:
-            adjs = [self._nh_adjacency(ifx, nh, prefix.version) for ifx, nh in paths]
+            adjs = [self.nh_adjacency(ifx, nh, prefix.version) for ifx, nh in paths]
             try:
                 lb = self.lbs.get(adjs, weights)
             except ValueError as e:  # too many ECMP buckets
@@ -413,7 +414,7 @@ class Fib:
         """Adjacencies of (interface index, next hop or None: glean) paths for packets of
         ``family`` (no checks: the caller, e.g. the netlink mirror, validated them)."""
         return [self.adjs.get(AdjKey(ADJ_GLEAN, ifx, family)) if nh is None
-                else self._nh_adjacency(ifx, nh, family) for ifx, nh in paths]
+                else self.nh_adjacency(ifx, nh, family) for ifx, nh in paths]
 
     # -- bulk (the kernel's table mirrored by netlink: one Lpm.add_many per batch) --------
 
@@ -485,12 +486,13 @@ class Fib:
             )
         self._uninstall(table, prefix)
 
-    def _install_special(self, prefix, table: int, kind: str, adj: int) -> None:
+    def install_special(self, prefix, table: int, kind: str, adj: int) -> None:
         """A route to a non-forwarding adjacency (SRv6 local SID, policy, steering)."""
         self.lpm[prefix.version].table_index(table, create=True)
         self._install(Route(prefix, table, kind, []), self.lbs.get([adj]))
 
-    def _remove_special(self, prefix, table: int) -> None:
+    def remove_special(self, prefix, table: int) -> None:
+        """Remove a route that install_special put in."""
         self._uninstall(table, prefix)
 
     @_changes
@@ -522,7 +524,7 @@ class Fib:
         if (on_link or self._gleaned_on(ifx, ip)) and (existing is None
                                                        or existing.kind == "neighbor"):
             if existing is None:  # (else it is installed already, on the same adjacency)
-                lb = self.lbs.get([self._nh_adjacency(ifx, ip)])
+                lb = self.lbs.get([self.nh_adjacency(ifx, ip)])
                 self._install(Route(host, itf.table, "neighbor", [(ifx, ip)]), lb)
 
     @_changes

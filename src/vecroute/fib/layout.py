@@ -31,6 +31,9 @@ A_NH6 = 3  # 4 words of the ip6 next hop, big-endian words: A_NH6 .. A_NH6+3
 # reads the list from the adjacency it already holds, two dependent reads (policy, bucket)
 # fewer
 A_SR_LIST = A_NH6
+# ADJ_SRV6_ENCAP: the policy's outer flow label (srv6/layout.py FLOW_*): the fused path
+# starts the flow hash as soon as it holds the adjacency when the label is the hash
+A_SR_FLOW = A_NH6 + 1
 A_FAMILY = 7
 A_RWLEN = 8
 # the node a packet using the adjacency goes to after the lookup (VPP's lookup_next_index),

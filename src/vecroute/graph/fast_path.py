@@ -61,6 +61,7 @@ from vecroute.fib.layout import (
     A_IF,
     A_NH4,
     A_RWLEN,
+    A_SR_FLOW,
     A_SR_LIST,
     A_TYPE,
     ADJ_REWRITE,
@@ -173,6 +174,7 @@ from vecroute.srv6.layout import (
     CACHE_ADJ,
     CACHE_GEN,
     CACHE_LB,
+    FLOW_HASH,
     LIST_HDRLEN,
     POL_BN,
     POL_BSTART,
@@ -671,13 +673,18 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                 ok = False  # SRv6 with a firewall: the nodes from the lookup on
             elif t == ADJ_SRV6_ENCAP:  # srv6-encap: its segment list, its first hop
                 ok = False
-                if h == 0:  # the outer flow label's, and the choice among lists
+                # the flow hash where srv6-encap uses it: the flow label of a FLOW_HASH
+                # policy (from the adjacency, at once: it overlaps the reads below), the
+                # choice among lists, among the first hop's paths
+                if h == 0 and adj[a, A_SR_FLOW] == FLOW_HASH:
                     h = _hash(buf, l3, l4s[c], end, ulps[c], six)
                 lst = np.int64(adj[a, A_SR_LIST])  # the policy's one list: no more reads
                 if lst < 0:
                     pol = adj[a, A_NH4]
                     nb = sr_pol[pol, POL_BN]
                     if nb > 0:
+                        if h == 0 and nb > 1:
+                            h = _hash(buf, l3, l4s[c], end, ulps[c], six)
                         lst = sr_bucket[sr_pol[pol, POL_BSTART] + (
                             0 if nb == 1 else np.int64(h % np.uint32(nb)))]  # a division
                 if lst >= 0:
@@ -687,6 +694,8 @@ def fused_pass(buf, meta, frames, frame_n, txl, txn, dp, fw, fwk, fwv, now, sc, 
                     if sr_cache[lst, CACHE_LB] >= 0 and l3 - hl - L2_ROOM >= i * SLOT:
                         a = sr_cache[lst, CACHE_ADJ]  # its one adjacency, or the load-balance's
                         if a < 0:
+                            if h == 0:
+                                h = _hash(buf, l3, l4s[c], end, ulps[c], six)
                             a = _bucket(lb, lbb, sr_cache[lst, CACHE_LB], h)
                         ok = _leaves(adj, ifc, a, iplen[c] + hl)
                         kinds[c] = K_ENCAP

@@ -3,7 +3,8 @@
 The outer IPv6 header and SRH of each segment list are precomputed by the control plane
 (like an adjacency's L2 rewrite): encapsulating is one copy of that header in front of the
 packet plus a few patched fields — payload length, next header (41 or 4), hop limit and
-traffic class from the inner packet, flow label from the inner flow hash (RFC 6437). No
+traffic class from the inner packet, flow label from the inner flow hash (RFC 6437, 6438;
+or the inner packet's own label, or 0, as the policy's ``flow_label`` says). No
 copy of the packet body unless the slot lacks headroom (the seed: "expand the head only
 if necessary"). The route to the first segment is cached per segment list and revalidated
 against the FIB generation (the seed's dst_cache): the inner packet had its one lookup, the
@@ -13,7 +14,17 @@ outer gets none.
 import numpy as np
 from numba import njit
 
-from vecroute.fib.layout import A_IF, A_NH4, A_TYPE, ADJ_REWRITE, I_MTU, LB_N, LB_START
+from vecroute.fib.layout import (
+    A_IF,
+    A_NH4,
+    A_SR_LIST,
+    A_TYPE,
+    ADJ_REWRITE,
+    ADJ_SRV6_ENCAP,
+    I_MTU,
+    LB_N,
+    LB_START,
+)
 from vecroute.fib.lpm import lpm6_lookup
 from vecroute.graph import counters as C
 from vecroute.graph.flow_hash import flow_hash4, flow_hash6
@@ -52,6 +63,7 @@ from vecroute.packet.headers import (
     copy_bytes,
     copy_moves,
     rd16,
+    rd32,
     rd64,
 )
 from vecroute.packet.intrinsics import store_be16, store_be32
@@ -60,7 +72,10 @@ from vecroute.srv6.layout import (
     CACHE_ADJ,
     CACHE_GEN,
     CACHE_LB,
+    FLOW_HASH,
+    FLOW_INNER,
     LIST_FIB,
+    LIST_FLOW,
     LIST_HDRLEN,
     LIST_SRH,
     POL_BN,
@@ -106,7 +121,8 @@ def write_outer(buf, l3, ip6, iplen, h, sr_hdr, sr_list, lst):
     one-segment .Red) in front of the inner packet at l3: one copy in 32-byte moves
     (``copy_moves``: the header is 40 bytes or more, srv6/tables.outer_header), then its payload
     length, next header (41 or 4), hop limit and traffic class from the inner packet (whose
-    TTL was already decremented) and flow label from the flow hash h. Returns the outer
+    TTL was already decremented) and the flow label as the list's LIST_FLOW says: from the
+    flow hash h, the inner IPv6 packet's label, or 0. Returns the outer
     header's offset and the protocol after it (routing, or the inner packet's). The caller
     has checked the headroom."""
     if ip6:
@@ -116,11 +132,18 @@ def write_outer(buf, l3, ip6, iplen, h, sr_hdr, sr_list, lst):
     else:
         tc = np.uint32(buf[l3 + 1])
         hlim = buf[l3 + 8]
+    fm = sr_list[lst, LIST_FLOW]
+    if fm == FLOW_HASH:
+        label = h & np.uint32(0xFFFFF)
+    elif fm == FLOW_INNER and ip6:
+        label = rd32(buf, l3) & np.uint32(0xFFFFF)
+    else:  # FLOW_ZERO, or an IPv4 packet (it has no label to copy)
+        label = np.uint32(0)
     hdrlen = np.int64(sr_list[lst, LIST_HDRLEN])
     n = l3 - hdrlen
     copy_moves(buf, n, sr_hdr, np.int64(lst) * sr_hdr.shape[1], hdrlen)  # the header, once
     # one store each (wr32 / wr16 write byte by byte: ~2 ns a packet more here)
-    store_be32(buf, n, np.uint32(0x60000000) | (tc << np.uint32(20)) | (h & np.uint32(0xFFFFF)))
+    store_be32(buf, n, np.uint32(0x60000000) | (tc << np.uint32(20)) | label)
     store_be16(buf, n + 4, hdrlen - 40 + iplen)
     buf[n + 7] = hlim
     inner = PROTO_IPV6 if ip6 else PROTO_IPIP
@@ -129,6 +152,14 @@ def write_outer(buf, l3, ip6, iplen, h, sr_hdr, sr_list, lst):
         return n, PROTO_ROUTING
     buf[n + 6] = inner
     return n, inner
+
+
+@njit(cache=True, inline="always")
+def _inner_flow(buf, meta, i, ip6) -> np.uint32:
+    """The packet's flow hash, noted in its metadata (computed only where it is used)."""
+    h = flow_hash6(buf, meta, i) if ip6 else flow_hash4(buf, meta, i)
+    meta[M_HASH, i] = np.int32(h)
+    return h
 
 
 @njit(cache=True, _nrt=True)
@@ -156,10 +187,11 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
         if nb == 0:
             drop(frames, frame_n, meta, i, C.C_SRV6_POLICY_EMPTY)
             continue
+        # the flow hash only where it is used: the choice among lists, among the first
+        # hop's paths, and the flow label of FLOW_HASH lists (the fused pass likewise)
         h = np.uint32(meta[M_HASH, i])
-        if h == 0:
-            h = flow_hash6(buf, meta, i) if ip6 else flow_hash4(buf, meta, i)
-            meta[M_HASH, i] = np.int32(h)
+        if h == 0 and nb > 1 and adj[meta[M_ADJ, i], A_SR_LIST] < 0:  # several lists
+            h = _inner_flow(buf, meta, i, ip6)  # (one list's weight only copies buckets)
         lst = sr_bucket[sr_pol[pol, POL_BSTART] + np.int64(h % np.uint32(nb))]
         # the route to the first segment, cached per list (the seed's dst_cache)
         if sr_cache[lst, CACHE_GEN] != gen:
@@ -170,7 +202,12 @@ def srv6_encap(work, k, buf, meta, frames, frame_n, dp) -> None:
             drop(frames, frame_n, meta, i, C.C_SRV6_NO_ROUTE)
             continue
         nlb = lbt[v, LB_N]
+        if h == 0 and (nlb > 1 or sr_list[lst, LIST_FLOW] == FLOW_HASH):
+            h = _inner_flow(buf, meta, i, ip6)
         a = lbb[lbt[v, LB_START] + (0 if nlb == 1 else np.int64(h % np.uint32(nlb)))]
+        if h == 0 and adj[a, A_TYPE] == ADJ_SRV6_ENCAP:  # a policy after this one chooses
+            h = _inner_flow(buf, meta, i, ip6)  # by the inner flow: the outer header is one
+            # flow for every packet of the list
         hdrlen = sr_list[lst, LIST_HDRLEN]
         ifx = adj[a, A_IF]  # -1: a local SID or another policy; its node checks the MTU
         mtu = ifc[ifx, I_MTU] if ifx >= 0 else np.int32(0x7FFFFFFF)

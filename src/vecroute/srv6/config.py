@@ -8,6 +8,7 @@ import ipaddress
 from typing import TYPE_CHECKING, Any
 
 from vecroute.config_types import ConfigError, TableReader
+from vecroute.srv6.layout import FLOW_LABELS
 from vecroute.srv6.tables import BEHAVIORS, MODES, LocalSid, Policy, Srv6Error
 
 if TYPE_CHECKING:
@@ -30,15 +31,25 @@ def _segments(r: TableReader, key: str, v: Any) -> list[ipaddress.IPv6Address]:
     return [_v6(r, key, s) for s in v]
 
 
+def _flow_label(r: TableReader, default: str | None) -> str | None:
+    """``flow_label``: how H.Encaps sets the outer flow label (srv6/layout.py FLOW_LABELS)."""
+    v = r.get("flow_label", str, default)
+    if "flow_label" in r.table and v not in FLOW_LABELS:
+        raise r.err("flow_label", f"{v!r}: expected one of {' '.join(FLOW_LABELS)}")
+    return v
+
+
 def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
     """Validate [srv6] and install it; raises ConfigError (one line)."""
-    top = TableReader(path, "srv6", section, {"encap_source", "localsids", "policies", "steering"})
+    top = TableReader(path, "srv6", section,
+                      {"encap_source", "flow_label", "localsids", "policies", "steering"})
     for key in ("localsids", "policies", "steering"):  # `localsids = 5` is no list to walk
         if not isinstance(section.get(key, []), list):
             raise top.err(key, f"expected an array of tables ([[srv6.{key}]]), got "
                                f"{type(section[key]).__name__}")
     if "encap_source" in section:
         fib.srv6.encap_source = _v6(top, "encap_source", section["encap_source"])
+    fib.srv6.flow_label = _flow_label(top, fib.srv6.flow_label)
     for n, t in enumerate(section.get("localsids", [])):
         r = TableReader(path, f"srv6.localsids[{n}]", t, {"sid", "behavior", "nh", "table",
                                                       "flavor", "fib_table"})
@@ -71,7 +82,8 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
             raise r.err(key, msg) from None
     for n, t in enumerate(section.get("policies", [])):
         r = TableReader(path, f"srv6.policies[{n}]", t, {"bsid", "mode", "segments",
-                                                     "segment_lists", "source", "table"})
+                                                     "segment_lists", "source", "table",
+                                                     "flow_label"})
         bsid = _v6(r, "bsid", r.get("bsid", str, required=True))
         mode = r.get("mode", str, "encap")
         if mode not in MODES:
@@ -88,9 +100,9 @@ def apply_srv6_config(fib: Fib, section: Any, path: str) -> None:
                 lists.append((_segments(rr, "segments", sl.get("segments")),
                               rr.int_range("weight", 1, 1, 64)))
         src = _v6(r, "source", t["source"]) if "source" in t else None
-        try:
-            fib.srv6.add_policy(Policy(bsid, lists, mode, src, r.int_range("table", 0, 0,
-                                                                           2**32 - 1)))
+        table, flow = r.int_range("table", 0, 0, 2**32 - 1), _flow_label(r, None)
+        try:  # (a ConfigError is a ValueError: the keys are read outside)
+            fib.srv6.add_policy(Policy(bsid, lists, mode, src, table, flow_label=flow))
         except (Srv6Error, ValueError) as e:
             raise r.err("bsid" if "already" in str(e) else "segments", str(e)) from None
     for n, t in enumerate(section.get("steering", [])):

@@ -16,7 +16,13 @@ POL_COLS = 2
 LIST_HDRLEN = 0  # bytes of outer IPv6 header + SRH
 LIST_SRH = 1  # 1 when the list carries an SRH (not a single-segment .Red)
 LIST_FIB = 2  # FIB table index (ip6) where the first segment is looked up
-LIST_COLS = 3
+LIST_FLOW = 3  # how the outer flow label is set: FLOW_HASH / FLOW_INNER / FLOW_ZERO
+LIST_COLS = 4
+# the outer IPv6 header's flow label (Linux's net.ipv6.seg6_flowlabel 1 / 0 / -1)
+FLOW_HASH = 0  # the inner packet's flow hash (RFC 6437 section 3, RFC 6438): the default
+FLOW_INNER = 1  # the inner IPv6 packet's own label (0 for an IPv4 inner packet)
+FLOW_ZERO = 2
+FLOW_LABELS = ("hash", "inner", "zero")  # by value, as the configuration names them
 SR_HDR_MAX = 40 + 8 + 16 * 16  # at most 16 segments
 # each list's first-hop cache (sr_cache int64 [n, CACHE_COLS], the seed's dst_cache)
 CACHE_GEN = 0  # the FIB generation it was filled at (-1: never)

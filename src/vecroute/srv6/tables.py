@@ -18,11 +18,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vecroute.fib.adjacency import AdjKey
-from vecroute.fib.layout import A_NH4, A_SR_LIST, ADJ_SRV6_ENCAP, ADJ_SRV6_LOCALSID
+from vecroute.fib.layout import (
+    A_NH4,
+    A_SR_FLOW,
+    A_SR_LIST,
+    ADJ_SRV6_ENCAP,
+    ADJ_SRV6_LOCALSID,
+)
 from vecroute.srv6.layout import (
     CACHE_COLS,
+    FLOW_LABELS,
     LIST_COLS,
     LIST_FIB,
+    LIST_FLOW,
     LIST_HDRLEN,
     LIST_SRH,
     POL_BN,
@@ -70,6 +78,7 @@ class Policy:
     table: int = 0  # where the first segments are looked up
     index: int = -1
     lists: list[int] = field(default_factory=list)
+    flow_label: str | None = None  # FLOW_LABELS; None: the tables' (``[srv6] flow_label``)
 
 
 def policy_key(index: int) -> AdjKey:
@@ -100,6 +109,7 @@ class Srv6Tables:
         # garbage-collector passes: frozen cycles are never collected)
         self.fib = weakref.proxy(fib)
         self.encap_source: ipaddress.IPv6Address | None = None
+        self.flow_label = "hash"  # policies without their own (FLOW_LABELS)
         self.localsids: dict[tuple[int, ipaddress.IPv6Network], LocalSid] = {}
         self.policies: dict[ipaddress.IPv6Address, Policy] = {}
         self.steering: dict[tuple[int, object], ipaddress.IPv6Address] = {}
@@ -150,14 +160,14 @@ class Srv6Tables:
             want = 4 if ls.behavior == "End.DX4" else 6
             if ls.nh is None or ls.nh.version != want:
                 raise Srv6Error(f"{ls.behavior} needs nh = an IPv{want} next hop")
-            ifx = self.fib._connected_interface(ls.nh, ls.fib_table)
+            ifx = self.fib.connected_interface(ls.nh, ls.fib_table)
         fib4 = self.fib.lpm[4].table_index(ls.table, create=True)
         fib6 = self.fib.lpm[6].table_index(ls.table, create=True)
         # the table the SID is installed in, now: one table too many fails here, before
         # the SID is written anywhere
         self.fib.lpm[6].table_index(ls.fib_table, create=True)
         if needs_nh:  # only now, when nothing can fail any more: a refused SID holds nothing
-            adj = self.fib._nh_adjacency(ifx, ls.nh)
+            adj = self.fib.nh_adjacency(ifx, ls.nh)
             self.fib.adjs.pin(adj)  # held by the SID table, not by a load-balance
         key = (ls.fib_table, ls.sid)
         old = self.localsids.get(key)
@@ -176,7 +186,7 @@ class Srv6Tables:
         self.localsids[key] = ls
         a = self.fib.adjs.get(AdjKey(ADJ_SRV6_LOCALSID, -1, 0, ls.index))
         self.fib.adjs.adj[a, A_NH4] = ls.index
-        self.fib._install_special(ls.sid, ls.fib_table, "srv6-localsid", a)
+        self.fib.install_special(ls.sid, ls.fib_table, "srv6-localsid", a)
         self.generation += 1
         return ls
 
@@ -185,7 +195,7 @@ class Srv6Tables:
         if ls is None:
             raise Srv6Error(f"no local SID {sid} in table {fib_table}")
         self._unpin(ls)
-        self.fib._remove_special(sid, fib_table)
+        self.fib.remove_special(sid, fib_table)
         self.generation += 1
 
     def _unpin(self, ls: LocalSid) -> None:
@@ -197,6 +207,9 @@ class Srv6Tables:
     def add_policy(self, p: Policy) -> Policy:
         if p.mode not in MODES:
             raise Srv6Error(f"mode {p.mode!r}: expected encap or encap.red")
+        flow = p.flow_label or self.flow_label
+        if flow not in FLOW_LABELS:
+            raise Srv6Error(f"flow label {flow!r}: expected {', '.join(FLOW_LABELS)}")
         src = p.source or self.encap_source
         if src is None:
             raise Srv6Error("no encapsulation source: set [srv6] encap_source or the "
@@ -236,6 +249,7 @@ class Srv6Tables:
             self.sr_list[li, LIST_HDRLEN] = len(hdr)
             self.sr_list[li, LIST_SRH] = 1 if has_srh else 0
             self.sr_list[li, LIST_FIB] = fib6
+            self.sr_list[li, LIST_FLOW] = FLOW_LABELS.index(flow)
             self.sr_cache[li] = -1
             lists.append(li)
             buckets += [li] * weight
@@ -250,17 +264,18 @@ class Srv6Tables:
         p.lists = lists
         self.policies[p.bsid] = p
         a = self.policy_adjacency(p)
-        self.fib._install_special(ipaddress.ip_network(f"{p.bsid}/128"), 0, "srv6-bsid", a)
+        self.fib.install_special(ipaddress.ip_network(f"{p.bsid}/128"), 0, "srv6-bsid", a)
         self.generation += 1
         return p
 
     def policy_adjacency(self, p: Policy) -> int:
         """The policy's adjacency (the steering routes' and its binding SID's), with its
-        one segment list when it has one (A_SR_LIST)."""
+        one segment list when it has one (A_SR_LIST) and its flow label (A_SR_FLOW)."""
         a = self.fib.adjs.get(policy_key(p.index))
         row = self.fib.adjs.adj[a]
         row[A_NH4] = p.index
         row[A_SR_LIST] = p.lists[0] if len(p.lists) == 1 else -1  # weights: buckets only
+        row[A_SR_FLOW] = self.sr_list[p.lists[0], LIST_FLOW]  # every list's is the policy's
         return a
 
     def del_policy(self, bsid: ipaddress.IPv6Address) -> None:
@@ -271,7 +286,7 @@ class Srv6Tables:
         a = self.fib.adjs.index.get(policy_key(p.index))
         if a is not None:
             self.fib.adjs.adj[a, A_SR_LIST] = -1  # through sr_pol, whose buckets are gone
-        self.fib._remove_special(ipaddress.ip_network(f"{bsid}/128"), 0)
+        self.fib.remove_special(ipaddress.ip_network(f"{bsid}/128"), 0)
         for (table, prefix), b in list(self.steering.items()):
             if b == bsid:
                 self.unsteer(prefix, table)
@@ -285,7 +300,7 @@ class Srv6Tables:
             raise Srv6Error(f"no policy with binding SID {bsid}")
         net = ipaddress.ip_network(prefix, strict=False)
         self._check_free(net, table, "srv6-steer")
-        self.fib._install_special(net, table, "srv6-steer", self.policy_adjacency(p))
+        self.fib.install_special(net, table, "srv6-steer", self.policy_adjacency(p))
         self.steering[(table, net)] = bsid
         self.generation += 1
 
@@ -293,7 +308,7 @@ class Srv6Tables:
         net = ipaddress.ip_network(prefix, strict=False)
         if self.steering.pop((table, net), None) is None:
             raise Srv6Error(f"{net} in table {table} is not steered")
-        self.fib._remove_special(net, table)
+        self.fib.remove_special(net, table)
         self.generation += 1
 
     # -- views ---------------------------------------------------------------------------------
@@ -319,6 +334,7 @@ class Srv6Tables:
     def _policy_row(self, p: Policy) -> dict:
         return {"bsid": str(p.bsid), "mode": p.mode,
                 "source": str(p.source or self.encap_source),
+                "flow_label": p.flow_label or self.flow_label,
                 "segment_lists": [{"segments": [str(s) for s in segs], "weight": w}
                                   for segs, w in p.segment_lists]}
 
