@@ -170,10 +170,25 @@ def _corpus(seed: int, n: int) -> list[bytes]:
     return out
 
 
-def _pair() -> tuple[Router, Router]:
-    fused, nodes = Router(_config()), Router(_config())
+def router_pair(make) -> tuple[Router, Router]:
+    """Two routers from ``make()``: the fused path on, and off (the node graph, the oracle)."""
+    fused, nodes = make(), make()
     nodes.state.opts[OPT_NO_FUSED] = 1
     return fused, nodes
+
+
+def same_as_nodes(fused: Router, nodes: Router, frames, now_ns: int = 10**9) -> dict:
+    """The frames through both routers: every observable equal (_observed); the fused
+    router's, for the caller's checks of what the corpus exercised."""
+    a = _observed(fused, fused.run(frames, now_ns=now_ns))
+    b = _observed(nodes, nodes.run(frames, now_ns=now_ns))
+    for key in a:
+        assert a[key] == b[key], key
+    return a
+
+
+def _pair() -> tuple[Router, Router]:
+    return router_pair(lambda: Router(_config()))
 
 
 def _observed(r: Router, res) -> dict:
@@ -190,11 +205,7 @@ def _observed(r: Router, res) -> dict:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_fused_path_equals_the_node_graph(seed: int) -> None:
     frames = _corpus(seed, 700)
-    fused, nodes = _pair()
-    a = _observed(fused, fused.run(frames, now_ns=10**9))
-    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
-    for key in a:
-        assert a[key] == b[key], key
+    a = same_as_nodes(*_pair(), frames)
     # the corpus did exercise both sides: plain packets forwarded, exceptions of each kind
     assert a["counters"]["ip4-forwarded"] > 200 and a["counters"]["ip6-forwarded"] > 200
     for c in ("ip4-bad-checksum", "ttl-expired", "no-route", "redirect-sent",
@@ -422,14 +433,10 @@ def test_fused_path_with_a_firewall_equals_the_node_graph(rules: str) -> None:
         {"default": "deny", "rules": FW_RULES_SAME_BOTH_WAYS, "tables": tables}
         if rules == "both ways" else
         {"default": "deny", "rules": FW_RULES, "tables": tables})
-    fused, nodes = Router(cfg), Router(cfg)
+    fused, nodes = router_pair(lambda: Router(cfg))
     assert fused.firewall.compiled.out_repeats_in() == (rules != "per direction")
-    nodes.state.opts[OPT_NO_FUSED] = 1
     frames = _corpus(7, 700)
-    a = _observed(fused, fused.run(frames, now_ns=10**9))
-    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
-    for key in a:
-        assert a[key] == b[key], key
+    a = same_as_nodes(fused, nodes, frames)
     assert fused.firewall.show() == nodes.firewall.show(), "rule counters"
     assert a["node_packets"].get("fw-in", 0) > 500
     if not default_only:

@@ -24,7 +24,7 @@ from conftest import H0_IP4, H0_IP6, N1, N1_IP6, R0_IP6, R1, Router, eth
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import Ether
-from test_fast_path import _observed
+from test_fast_path import _observed, router_pair, same_as_nodes
 from test_srv6 import (
     BSID_W,
     BSIDS,
@@ -55,7 +55,7 @@ from test_srv6 import (
 from vecroute.fib.layout import A_SR_LIST
 from vecroute.fib.route_table import bulk_key
 from vecroute.graph.dataplane import fib_state
-from vecroute.graph.state import NS_CALLS, OPT_FIB_GEN, OPT_NO_FUSED
+from vecroute.graph.state import NS_CALLS, OPT_FIB_GEN
 from vecroute.packet.node_ids import ETHERNET_INPUT
 from vecroute.srv6.tables import LocalSid, Policy, policy_key
 
@@ -181,12 +181,7 @@ def _corpus(seed: int, n: int) -> list[tuple[str, bytes]]:
 @pytest.mark.parametrize("seed", [1, 2])
 def test_fused_srv6_equals_the_node_graph(seed: int) -> None:
     frames = _corpus(seed, 900)
-    fused, nodes = Router(_config()), Router(_config())
-    nodes.state.opts[OPT_NO_FUSED] = 1
-    a = _observed(fused, fused.run(frames, now_ns=10**9))
-    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
-    for key in a:
-        assert a[key] == b[key], key
+    a = same_as_nodes(*router_pair(lambda: Router(_config())), frames)
     c = a["counters"]
     assert c["srv6-encapsulated"] > 100 and c["srv6-end"] > 200 and c[
         "srv6-decapsulated"] > 200
@@ -200,8 +195,7 @@ def test_common_srv6_packets_take_the_fused_path_alone() -> None:
     (ethernet-input called once: no packet walked the nodes), and the same as the nodes."""
     rng = random.Random(3)
     frames = [bytes(_common(rng)) for _ in range(200)]
-    fused, nodes = Router(_config()), Router(_config())
-    nodes.state.opts[OPT_NO_FUSED] = 1
+    fused, nodes = router_pair(lambda: Router(_config()))
     res = fused.run(frames, now_ns=10**9)
     assert len(res.tx) == len(frames)
     assert fused.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 1
@@ -218,12 +212,8 @@ def test_fused_srv6_with_a_firewall_equals_the_node_graph() -> None:
         "300 allow ip from any to any",
     ]}
     frames = _corpus(5, 600)
-    fused, nodes = Router(cfg), Router(cfg)
-    nodes.state.opts[OPT_NO_FUSED] = 1
-    a = _observed(fused, fused.run(frames, now_ns=10**9))
-    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
-    for key in a:
-        assert a[key] == b[key], key
+    fused, nodes = router_pair(lambda: Router(cfg))
+    a = same_as_nodes(fused, nodes, frames)
     assert fused.firewall.show() == nodes.firewall.show(), "rule counters"
     c = a["counters"]
     assert c["fw-deny"] > 50 and c["srv6-end"] > 50 and c["srv6-decapsulated"] > 50
@@ -243,8 +233,7 @@ def test_fused_srv6_follows_changes_of_the_host_routes() -> None:
         srv6_pkt(host, [NEXT6]),
         srv6_pkt(SID_IN_LOCATOR, [NEXT6]),
     )]
-    fused, nodes = Router(_config()), Router(_config())
-    nodes.state.opts[OPT_NO_FUSED] = 1
+    fused, nodes = router_pair(lambda: Router(_config()))
     before = _observed(fused, fused.run(frames, now_ns=10**9))
     assert before == _observed(nodes, nodes.run(frames, now_ns=10**9))
     assert fused.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 1, "all of them fused"
@@ -282,8 +271,7 @@ def test_fused_encap_follows_a_load_balance_changed_in_place() -> None:
                     / UDP(sport=rng.randrange(1024, 65535), dport=53) / b"q") for k in range(40)]
     first = ipaddress.ip_network("2001:db8:100::/48")  # SEG1's route, table 0
     old_nh, new_nh = ipaddress.ip_address(N1_IP6), ipaddress.ip_address("2001:db8:2::4")
-    fused, nodes = Router(_config()), Router(_config())
-    nodes.state.opts[OPT_NO_FUSED] = 1
+    fused, nodes = router_pair(lambda: Router(_config()))
     lbs = {}
     for r in (fused, nodes):
         fib = r.fib
@@ -340,8 +328,7 @@ def test_fused_encap_follows_policies_given_other_lists() -> None:
     frames = [bytes(eth() / IPv6(src=H0_IP6, dst=first_addr(pfx, 1 + k % 50))
                     / UDP(sport=rng.randrange(1024, 65535), dport=53) / b"w")
               for k in range(120) for pfx in (W_V6, e1_v6)]
-    fused, nodes = Router(_config()), Router(_config())
-    nodes.state.opts[OPT_NO_FUSED] = 1
+    fused, nodes = router_pair(lambda: Router(_config()))
 
     def lists_of(r, bsid):  # the list the adjacency carries, the policy's lists
         p = r.fib.srv6.policies[ipaddress.ip_address(bsid)]

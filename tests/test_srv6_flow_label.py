@@ -16,7 +16,7 @@ import pytest
 from conftest import H0_IP6, N1, Router, eth
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
-from test_fast_path import _observed
+from test_fast_path import _observed, router_pair, same_as_nodes
 from test_srv6 import (
     BSID_W,
     BSIDS,
@@ -176,8 +176,7 @@ def test_common_packets_take_the_fused_path_alone() -> None:
                             fl=rng.randrange(1 << 20))
                / UDP(sport=rng.randrange(1024, 65536), dport=53) / (b"c" * 30))
         frames.append(bytes(pkt))
-    fused, nodes = Router(labelled_config()), Router(labelled_config())
-    nodes.state.opts[OPT_NO_FUSED] = 1
+    fused, nodes = router_pair(lambda: Router(labelled_config()))
     res = fused.run(frames, now_ns=10**9)
     assert len(res.tx) == len(frames)
     assert fused.state.node_stats[ETHERNET_INPUT, NS_CALLS] == 1
@@ -187,12 +186,7 @@ def test_common_packets_take_the_fused_path_alone() -> None:
 @pytest.mark.parametrize("seed", [1, 2])
 def test_fused_pass_equals_the_node_graph(seed: int) -> None:
     frames = _corpus(seed, 600)
-    fused, nodes = Router(labelled_config()), Router(labelled_config())
-    nodes.state.opts[OPT_NO_FUSED] = 1
-    a = _observed(fused, fused.run(frames, now_ns=10**9))
-    b = _observed(nodes, nodes.run(frames, now_ns=10**9))
-    for key in a:
-        assert a[key] == b[key], key
+    a = same_as_nodes(*router_pair(lambda: Router(labelled_config())), frames)
     c = a["counters"]
     assert c["srv6-encapsulated"] > 300 and c.get("ttl-expired", 0) > 0
     assert c.get("mtu-exceeded", 0) > 0
